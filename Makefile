@@ -1,0 +1,33 @@
+# Two entry points, both self-contained on a machine with only Python 3.11 and pip:
+#   make run   — set up, then import, optimize and summarize the zoo's ResNet-50
+#   make test  — set up with the test extras, then run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+run: $(VENV)/.installed-run
+	$(BIN)/polytile explain resnet50 --verify
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/frontend_bench.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

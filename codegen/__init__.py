@@ -1,0 +1,1 @@
+"""polytile.codegen: not built yet (see DESIGN.md)."""

@@ -1,0 +1,67 @@
+"""Compile-time evaluation of one node, for value propagation and constant folding.
+
+An op's own numpy `evaluate` is used when it has one (fast, for the shape-chain ops); any
+other op falls back to onnx's reference evaluator on a one-node model, which is slower but
+exact. The result must match the inferred type: a mismatch is a polytile bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from .graph import TensorType
+from .onnx_io import dtype_to_onnx, node_to_proto
+from .ops import OPS, InferContext
+
+
+def evaluate_node(ctx: InferContext, out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
+    """The node's outputs, given that every input value (or, for Shape, type) is known."""
+    node = ctx.node
+    op = OPS[node.op_type]
+    if op.evaluate is not None:
+        results = op.evaluate(ctx, [v if v is not None else _missing() for v in ctx.values])
+    else:
+        results = _reference(ctx)
+    out = []
+    for name, value, t in zip(node.outputs, results, out_types, strict=False):
+        array = np.asarray(value)
+        if name and (tuple(array.shape) != t.shape):
+            raise AssertionError(
+                f"{ctx.where()}: evaluated output '{name}' has shape {array.shape}, "
+                f"inference said {t.shape}"
+            )
+        out.append(array.astype(t.dtype, copy=False))
+    return tuple(out)
+
+
+def _missing() -> np.ndarray:
+    return np.empty((0,), dtype=np.float32)
+
+
+def _reference(ctx: InferContext) -> list[np.ndarray]:
+    node = ctx.node
+    feeds = {}
+    inputs = []
+    for index, name in enumerate(node.inputs):
+        if not name:
+            continue
+        value = ctx.value(index)
+        if value is None:
+            raise AssertionError(f"{ctx.where()}: input {index} has no value to fold")
+        feeds[name] = np.asarray(value)
+        inputs.append(helper.make_tensor_value_info(name, dtype_to_onnx(value.dtype.name), None))
+    outputs = [
+        helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
+        for o in node.outputs
+        if o
+    ]
+    graph = helper.make_graph([node_to_proto(node)], "fold", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
+    results = ReferenceEvaluator(model).run(None, feeds)
+    live = iter(results)
+    return [next(live) if o else _missing() for o in node.outputs]

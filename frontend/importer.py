@@ -1,0 +1,379 @@
+"""Load and validate an ONNX model and turn it into a statically shaped `Graph`.
+
+Import does three things in one topological walk, because each needs the others' results:
+canonicalize every node to the canonical opset (old Softmax, Clip, Split, ... semantics),
+infer static types, and propagate small compile-time values (shape chains) so that
+Reshape, Expand, Slice, ... get static shapes. Large constants are folded later by the
+`fold_constants` pass.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.defs
+from google.protobuf.message import DecodeError
+
+from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
+
+from .evaluate import evaluate_node
+from .graph import Graph, Node, TensorType, readonly, unique_name
+from .onnx_io import attribute_value, constant_arrays, onnx_to_dtype
+from .ops import OPS, InferContext
+
+MIN_OPSET = 7
+#: the opset the graph IR is expressed in (at least; newer models keep their opset)
+CANONICAL_OPSET = 21
+#: values with at most this many elements are propagated during import (shape chains)
+PROPAGATE_LIMIT = 1 << 16
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
+    """The ModelProto and a display name for it, with clear errors for unreadable input."""
+    if isinstance(source, onnx.ModelProto):
+        return source, source.graph.name or "<model>"
+    if isinstance(source, bytes | bytearray):
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(bytes(source))
+        except DecodeError as exc:
+            raise ModelError(f"the given bytes are not an ONNX model: {exc}") from exc
+        return _nonempty(model, "<bytes>"), model.graph.name or "<bytes>"
+    if not isinstance(source, str | os.PathLike):
+        raise InputError(
+            f"a model is a path, bytes or onnx.ModelProto, not {type(source).__name__}"
+        )
+    path = Path(source)
+    if not path.is_file():
+        raise InputError(f"model file '{path}' does not exist")
+    try:
+        model = onnx.load(str(path))
+    except DecodeError as exc:
+        raise ModelError(
+            f"model '{path}' is not a readable ONNX file (truncated or not ONNX): {exc}"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"model '{path}' cannot be loaded: {exc}") from exc
+    return _nonempty(model, str(path)), path.stem
+
+
+def _nonempty(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    if not model.HasField("graph") or not model.opset_import:
+        raise ModelError(f"model '{where}' has no graph or no opset: not an ONNX model")
+    return model
+
+
+def check_model(model: onnx.ModelProto, name: str) -> int:
+    """Validate with onnx.checker; return the default-domain opset."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
+        raise ModelError(f"model '{name}' fails the ONNX checker: {first}") from exc
+    except ValueError as exc:  # e.g. models over 2 GB given in memory
+        raise ModelError(f"model '{name}' cannot be checked: {exc}") from exc
+    opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
+    if "ai.onnx" not in opsets:
+        raise ModelError(f"model '{name}' does not import the default ONNX domain")
+    opset = opsets["ai.onnx"]
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest or (opset < MIN_OPSET and _changed_since(model, opset)):
+        raise ModelError(
+            f"model '{name}' uses opset {opset}; polytile accepts opsets {MIN_OPSET} to {newest}"
+            + (
+                f" (ops changed since: {', '.join(_changed_since(model, opset))})"
+                if opset < MIN_OPSET
+                else ""
+            )
+        )
+    return max(opset, MIN_OPSET)
+
+
+def _changed_since(model: onnx.ModelProto, opset: int) -> list[str]:
+    """Ops of an older-than-supported model whose definition changed by MIN_OPSET; a model
+    without any is the same model at MIN_OPSET."""
+    changed = set()
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            old = onnx.defs.get_schema(node.op_type, opset).since_version
+            new = onnx.defs.get_schema(node.op_type, MIN_OPSET).since_version
+        except onnx.defs.SchemaError:
+            continue
+        if old != new:
+            changed.add(node.op_type)
+    return sorted(changed)
+
+
+def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
+    """(node name, op type, reason) for every node polytile cannot compile."""
+    bad = []
+    for index, node in enumerate(model.graph.node):
+        name = node.name or f"#{index}"
+        if node.domain not in ("", "ai.onnx"):
+            bad.append((name, node.op_type, f"domain '{node.domain}' is not supported"))
+        elif node.op_type not in OPS:
+            bad.append((name, node.op_type, "op is not supported"))
+    return bad
+
+
+def raise_unsupported(model_name: str, bad: Sequence[tuple[str, str, str]]) -> None:
+    by_op: dict[str, list[str]] = {}
+    for name, op, reason in bad:
+        by_op.setdefault(f"{op} ({reason})", []).append(name)
+    lines = [
+        f"  {op}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+        for op, names in by_op.items()
+    ]
+    raise UnsupportedOpError(
+        f"model '{model_name}' uses {len(by_op)} unsupported op(s) in {len(bad)} node(s):\n"
+        + "\n".join(lines),
+        tuple(bad),
+    )
+
+
+def import_model(
+    source: ModelSource,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    name: str | None = None,
+    bind: Mapping[str, np.ndarray] | None = None,
+) -> Graph:
+    """Load, validate, canonicalize and type an ONNX model (no optimization passes).
+
+    `bind` turns graph inputs into constants, for inputs that must be known at compile
+    time (a Reshape's shape fed as an input, say); see `parameter_inputs`.
+    """
+    model, display = load_model(source)
+    name = name or display
+    opset = check_model(model, name)
+    bad = find_unsupported(model)
+    if bad:
+        raise_unsupported(name, bad)
+    return _Importer(model, name, opset, dict(input_shapes or {}), dict(bind or {})).run()
+
+
+def parameter_inputs(source: ModelSource) -> set[str]:
+    """Graph inputs that feed an op parameter (shape, axes, pads, ...) directly, and so
+    must be bound to values before the model can be compiled."""
+    model, _ = load_model(source)
+    inputs = {v.name for v in model.graph.input} - {i.name for i in model.graph.initializer}
+    found = set()
+    for node in model.graph.node:
+        op = OPS.get(node.op_type)
+        if op is None:
+            continue
+        for index in op.params:
+            if index < len(node.input) and node.input[index] in inputs:
+                found.add(node.input[index])
+    return found
+
+
+class _Importer:
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        name: str,
+        opset: int,
+        input_shapes: dict[str, Sequence[int]],
+        bind: dict[str, np.ndarray],
+    ) -> None:
+        self.model = model
+        self.name = name
+        self.source_opset = opset
+        self.opset = max(opset, CANONICAL_OPSET)
+        self.input_shapes = input_shapes
+        self.constants: dict[str, np.ndarray] = dict(constant_arrays(model, f"model '{name}'"))
+        declared = {v.name: v for v in model.graph.input}
+        for bound, value in bind.items():
+            if bound not in declared or bound in self.constants:
+                raise InputError(f"bind names '{bound}', which is not an input of model '{name}'")
+            what = f"bound input '{bound}' of model '{name}'"
+            dtype = onnx_to_dtype(declared[bound].type.tensor_type.elem_type, what)
+            self.constants[bound] = readonly(np.asarray(value, dtype=dtype))
+        self.types: dict[str, TensorType] = {}
+        self.values: dict[str, np.ndarray] = {}
+        self.taken: set[str] = set()
+        self.nodes: list[Node] = []
+
+    def fresh(self, base: str) -> str:
+        return unique_name(base, self.taken)
+
+    def run(self) -> Graph:
+        g = self.model.graph
+        for value in [*g.input, *g.output, *g.value_info]:
+            self.taken.add(value.name)
+        for init in g.initializer:
+            self.taken.add(init.name)
+        for node in g.node:
+            self.taken.update(node.input)
+            self.taken.update(node.output)
+            if node.name:
+                self.taken.add(node.name)
+        for cname, value in self.constants.items():
+            self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
+            self.values[cname] = value
+        inputs = self._graph_inputs()
+        node_names: set[str] = set()
+        for index, proto in enumerate(g.node):
+            base = proto.name or f"{proto.op_type}_{index}"
+            node_name = unique_name(base, node_names)
+            self.taken.add(node_name)
+            where = f"node '{node_name}' ({proto.op_type}) in model '{self.name}'"
+            attrs = {a.name: attribute_value(a, where) for a in proto.attribute}
+            node = Node(node_name, proto.op_type, tuple(proto.input), tuple(proto.output), attrs)
+            for new in self._canonicalize(node, node_names):
+                self._infer(new)
+        outputs = tuple(o.name for o in g.output)
+        self._check_declared_outputs()
+        return Graph(
+            name=self.name,
+            nodes=tuple(self.nodes),
+            inputs=inputs,
+            outputs=outputs,
+            types=self.types,
+            constants=self.constants,
+            opset=self.opset,
+        )
+
+    def _graph_inputs(self) -> tuple[str, ...]:
+        """Non-constant inputs with static shapes (IR-3 weights listed as inputs are constants)."""
+        names = []
+        declared = [v for v in self.model.graph.input if v.name not in self.constants]
+        known = {v.name for v in declared}
+        for given in self.input_shapes:
+            if given not in known:
+                raise InputError(
+                    f"input_shapes names '{given}', which is not an input of model "
+                    f"'{self.name}' (inputs: {', '.join(sorted(known)) or 'none'})"
+                )
+        for value in declared:
+            what = f"input '{value.name}' of model '{self.name}'"
+            if not value.type.HasField("tensor_type"):
+                raise UnsupportedOpError(f"{what} is not a tensor")
+            ttype = value.type.tensor_type
+            dtype = onnx_to_dtype(ttype.elem_type, what)
+            shape = self._input_shape(value.name, ttype, what)
+            self.types[value.name] = TensorType(shape, dtype)
+            names.append(value.name)
+        return tuple(names)
+
+    def _input_shape(self, name: str, ttype: onnx.TypeProto.Tensor, what: str) -> tuple[int, ...]:
+        given = self.input_shapes.get(name)
+        if not ttype.HasField("shape"):
+            if given is None:
+                raise ShapeError(
+                    f"{what} has no shape; pass input_shapes={{'{name}': (...)}} to fix it"
+                )
+            return tuple(int(d) for d in given)
+        dims = [
+            (d.dim_value if d.HasField("dim_value") else None, d.dim_param) for d in ttype.shape.dim
+        ]
+        if given is None:
+            dynamic = [
+                f"{i} ('{p}')" if p else f"{i}" for i, (v, p) in enumerate(dims) if v is None
+            ]
+            if dynamic:
+                example = tuple(v if v is not None else 1 for v, _ in dims)
+                raise ShapeError(
+                    f"{what} has dynamic dimension(s) {', '.join(dynamic)}; polytile compiles "
+                    f"static shapes: pass input_shapes={{'{name}': {example}}} with the real sizes"
+                )
+            return tuple(int(v) for v, _ in dims)
+        shape = tuple(int(d) for d in given)
+        if len(shape) != len(dims):
+            raise InputError(
+                f"input_shapes gives {what} rank {len(shape)}, but the model declares rank "
+                f"{len(dims)}"
+            )
+        for axis, ((declared, _), actual) in enumerate(zip(dims, shape, strict=True)):
+            if actual < 0 or (declared is not None and declared != actual):
+                raise InputError(
+                    f"input_shapes gives {what} size {actual} on axis {axis}, but the model "
+                    f"declares {declared}"
+                )
+        return shape
+
+    def _context(self, node: Node) -> InferContext:
+        return InferContext(
+            node,
+            [self.types.get(i) if i else None for i in node.inputs],
+            [self.values.get(i) if i else None for i in node.inputs],
+            self.opset,
+            self.name,
+            self.fresh,
+        )
+
+    def _canonicalize(self, node: Node, node_names: set[str]) -> tuple[Node, ...]:
+        op = OPS[node.op_type]
+        for i, tensor in enumerate(node.inputs):
+            if tensor and tensor not in self.types:
+                raise ModelError(
+                    f"{node.label} in model '{self.name}': input {i} '{tensor}' is never produced"
+                )
+        if op.canonicalize is None:
+            return (node,)
+        since = onnx.defs.get_schema(node.op_type, self.source_opset).since_version
+        rewrite = op.canonicalize(self._context(node), since)
+        for cname, value in rewrite.constants.items():
+            value = readonly(value)
+            self.constants[cname] = value
+            self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
+            self.values[cname] = value
+        for new in rewrite.nodes:
+            node_names.add(new.name)
+        return rewrite.nodes
+
+    def _infer(self, node: Node) -> None:
+        op = OPS[node.op_type]
+        ctx = self._context(node)
+        if op.dtypes is not None and ctx.has_input(0) and ctx.dtype(0) not in op.dtypes:
+            raise UnsupportedOpError(
+                f"{ctx.where()}: input dtype {ctx.dtype(0)} is not supported "
+                f"(supported: {', '.join(sorted(op.dtypes))})",
+                ((node.name, node.op_type, f"dtype {ctx.dtype(0)}"),),
+            )
+        try:
+            out_types = op.infer(ctx)
+        except PolytileError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise ctx.error(f"shape inference failed: {exc}") from exc
+        live = [o for o in node.outputs if o]
+        for out, t in zip(node.outputs, out_types, strict=False):
+            if out:
+                self.types[out] = t
+        missing = [o for o in live if o not in self.types]
+        if missing:
+            raise ctx.unsupported(f"output(s) {', '.join(missing)} are not supported")
+        self.nodes.append(node)
+        known = not op.needs_values or all(not i or i in self.values for i in node.inputs)
+        small = sum(self.types[o].size for o in live) <= PROPAGATE_LIMIT
+        if known and small:
+            for out, value in zip(node.outputs, evaluate_node(ctx, out_types), strict=False):
+                if out:
+                    self.values[out] = readonly(value)
+
+    def _check_declared_outputs(self) -> None:
+        """Declared static output shapes must agree with inference."""
+        for value in self.model.graph.output:
+            if value.name not in self.types:
+                raise ModelError(f"output '{value.name}' of model '{self.name}' is never produced")
+            ttype = value.type.tensor_type
+            if not ttype.HasField("shape"):
+                continue
+            inferred = self.types[value.name].shape
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            if len(declared) != len(inferred) or any(
+                d is not None and d != s for d, s in zip(declared, inferred, strict=False)
+            ):
+                raise ShapeError(
+                    f"output '{value.name}' of model '{self.name}' is declared with shape "
+                    f"{declared} but has shape {list(inferred)}"
+                )

@@ -1,0 +1,24 @@
+"""Supported ONNX ops. Importing this package registers every op family."""
+
+from . import elementwise, nn, reduce, tensor  # noqa: F401  (each registers its ops)
+from .base import (
+    OPS,
+    InferContext,
+    OpDef,
+    OpKind,
+    Rewrite,
+    broadcast_shapes,
+    register,
+    same_as_input,
+)
+
+__all__ = [
+    "OPS",
+    "InferContext",
+    "OpDef",
+    "OpKind",
+    "Rewrite",
+    "broadcast_shapes",
+    "register",
+    "same_as_input",
+]

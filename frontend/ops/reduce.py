@@ -1,0 +1,1 @@
+"""Op family 'reduce' (being written)."""

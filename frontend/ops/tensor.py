@@ -1,0 +1,1 @@
+"""Op family 'tensor' (being written)."""

@@ -1,0 +1,1 @@
+"""polytile.poly: not built yet (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""polytile.search: not built yet (see DESIGN.md)."""
