@@ -1,2 +1,32 @@
 """ONNX frontend: load and validate a model, canonicalize and type it, optimize the graph
-and partition it into fused groups."""
+and partition it into fused groups.
+
+    graph = import_model("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
+    graph = optimize(graph)          # the flat pass pipeline in `passes.PASSES`
+    groups = partition(graph)        # a DAG of fused groups, one future kernel each
+"""
+
+from .fusion import Group, Partition, partition
+from .graph import Graph, Node, TensorType
+from .importer import import_model, load_model, parameter_inputs
+from .onnx_io import export_model
+from .passes import PASSES, OptimizeConfig, Pass, PassReport, optimize, optimize_with_report
+
+__all__ = [
+    "PASSES",
+    "Graph",
+    "Group",
+    "Node",
+    "OptimizeConfig",
+    "Partition",
+    "Pass",
+    "PassReport",
+    "TensorType",
+    "export_model",
+    "import_model",
+    "load_model",
+    "optimize",
+    "optimize_with_report",
+    "parameter_inputs",
+    "partition",
+]

@@ -72,7 +72,7 @@ def _nonempty(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
 def check_model(model: onnx.ModelProto, name: str) -> int:
     """Validate with onnx.checker; return the default-domain opset."""
     try:
-        onnx.checker.check_model(model)
+        _check_allowing_unknown_rank(model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         raise ModelError(f"model '{name}' fails the ONNX checker: {first}") from exc
@@ -93,6 +93,23 @@ def check_model(model: onnx.ModelProto, name: str) -> int:
             )
         )
     return max(opset, MIN_OPSET)
+
+
+def _check_allowing_unknown_rank(model: onnx.ModelProto) -> None:
+    """onnx.checker, except that graph inputs / outputs may omit their shape (unknown rank),
+    as onnxruntime allows: the checker requires the field, so it is set while checking."""
+    patched = [
+        v.type.tensor_type
+        for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]
+        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
+    ]
+    for ttype in patched:
+        ttype.shape.SetInParent()
+    try:
+        onnx.checker.check_model(model)
+    finally:
+        for ttype in patched:
+            ttype.ClearField("shape")
 
 
 def _changed_since(model: onnx.ModelProto, opset: int) -> list[str]:

@@ -1,0 +1,443 @@
+"""Graph optimizations, as one flat pipeline of named passes.
+
+Every pass is a pure function `Graph -> Graph` and keeps the graph's meaning: tests run the
+graph before and after each pass with onnx's reference evaluator / onnxruntime.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from polytile.errors import InputError
+
+from .evaluate import evaluate_node
+from .graph import Graph, Node, TensorType, readonly, unique_name
+from .ops import OPS, InferContext, OpKind
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph], Graph]
+    reason: str
+
+
+@dataclass(frozen=True)
+class PassReport:
+    name: str
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    """Which passes run; by default all of them, in pipeline order."""
+
+    disabled: frozenset[str] = field(default_factory=frozenset)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+class _Names:
+    """Fresh tensor and node names for one pass over one graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.taken = set(graph.types) | {n.name for n in graph.nodes}
+
+    def __call__(self, base: str) -> str:
+        return unique_name(base, self.taken)
+
+
+def _context(graph: Graph, node: Node, values: dict[str, np.ndarray]) -> InferContext:
+    return InferContext(
+        node,
+        [graph.types.get(i) if i else None for i in node.inputs],
+        [values.get(i) if i else None for i in node.inputs],
+        graph.opset,
+        graph.name,
+    )
+
+
+def _rename_inputs(nodes: Iterable[Node], mapping: dict[str, str]) -> list[Node]:
+    out = []
+    for node in nodes:
+        if any(i in mapping for i in node.inputs):
+            inputs = tuple(_resolve(mapping, i) for i in node.inputs)
+            node = Node(node.name, node.op_type, inputs, node.outputs, node.attrs, node.domain)
+        out.append(node)
+    return out
+
+
+def _resolve(mapping: dict[str, str], name: str) -> str:
+    while name in mapping:
+        name = mapping[name]
+    return name
+
+
+def _with_constants(graph: Graph, nodes: list[Node], new: dict[str, np.ndarray]) -> Graph:
+    constants = dict(graph.constants)
+    types = dict(graph.types)
+    for name, value in new.items():
+        value = readonly(value)
+        constants[name] = value
+        types[name] = TensorType(tuple(value.shape), value.dtype.name)
+    return graph.replace(nodes=tuple(nodes), constants=constants, types=types)
+
+
+# --- passes ------------------------------------------------------------------------------
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate every node whose inputs are all compile-time constants."""
+    values = dict(graph.constants)
+    kept: list[Node] = []
+    folded: dict[str, np.ndarray] = {}
+    for node in graph.nodes:
+        op = OPS[node.op_type]
+        if op.needs_values and not all(not i or i in values for i in node.inputs):
+            kept.append(node)
+            continue
+        ctx = _context(graph, node, values)
+        out_types = [graph.types[o] if o else TensorType((0,), "float32") for o in node.outputs]
+        for name, value in zip(node.outputs, evaluate_node(ctx, out_types), strict=False):
+            if name:
+                values[name] = value
+                folded[name] = value
+    return _with_constants(graph, kept, folded)
+
+
+def eliminate_identities(graph: Graph) -> Graph:
+    """Identity and inference-mode Dropout copy their input: consumers read it directly."""
+    mapping: dict[str, str] = {}
+    renamed_outputs: dict[str, str] = {}
+    masks: dict[str, np.ndarray] = {}
+    outputs = set(graph.outputs)
+    kept = []
+    for node in graph.nodes:
+        if OPS[node.op_type].kind is not OpKind.ELIMINATED:
+            kept.append(node)
+            continue
+        src, dst = node.inputs[0], node.outputs[0]
+        if node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
+            masks[node.outputs[1]] = np.ones(graph.types[src].shape, dtype=bool)
+        if dst not in outputs:
+            mapping[dst] = src
+            continue
+        producer = graph.producers.get(_resolve(mapping, src))
+        src = _resolve(mapping, src)
+        if producer is not None and src not in outputs and src not in renamed_outputs.values():
+            renamed_outputs[src] = dst
+        else:
+            kept.append(Node(node.name, "Identity", (src,), (dst,), {}))
+    kept = _rename_inputs(kept, mapping)
+    if renamed_outputs:
+        kept = _rename_outputs(kept, renamed_outputs)
+    types = dict(graph.types)
+    for old, new in renamed_outputs.items():
+        types[new] = types[old]
+    return _with_constants(graph.replace(types=types), kept, masks)
+
+
+def _rename_outputs(nodes: list[Node], renames: dict[str, str]) -> list[Node]:
+    """Rename produced tensors (and their uses) so a graph output keeps its name."""
+    out = []
+    for node in nodes:
+        outs = tuple(renames.get(o, o) for o in node.outputs)
+        ins = tuple(renames.get(i, i) for i in node.inputs)
+        if outs != node.outputs or ins != node.inputs:
+            node = Node(node.name, node.op_type, ins, outs, node.attrs, node.domain)
+        out.append(node)
+    return out
+
+
+def sum_to_add(graph: Graph) -> Graph:
+    """Sum of n inputs becomes a chain of binary Adds, which fuse as elementwise ops."""
+    names = _Names(graph)
+    nodes: list[Node] = []
+    types = dict(graph.types)
+    for node in graph.nodes:
+        live = [i for i in node.inputs if i]
+        if node.op_type != "Sum":
+            nodes.append(node)
+        elif len(live) == 1:
+            nodes.append(Node(node.name, "Identity", (live[0],), node.outputs, {}))
+        else:
+            acc = live[0]
+            for index, operand in enumerate(live[1:], start=1):
+                last = index == len(live) - 1
+                out = node.outputs[0] if last else names(f"{node.outputs[0]}/partial{index}")
+                if not last:
+                    shape = np.broadcast_shapes(graph.types[acc].shape, graph.types[operand].shape)
+                    types[out] = TensorType(tuple(shape), graph.types[acc].dtype)
+                name = node.name if last else names(f"{node.name}/add{index}")
+                nodes.append(Node(name, "Add", (acc, operand), (out,), {}))
+                acc = out
+    graph = graph.replace(nodes=tuple(nodes), types=types)
+    return eliminate_identities(graph) if any(n.op_type == "Identity" for n in nodes) else graph
+
+
+def batchnorm_to_affine(graph: Graph) -> Graph:
+    """Inference BatchNormalization is y = x * s + t per channel: as Mul and Add it folds
+    into a preceding Conv / Gemm (`fold_affine_into_anchor`) and fuses like any
+    elementwise op elsewhere."""
+    names = _Names(graph)
+    nodes: list[Node] = []
+    consts: dict[str, np.ndarray] = {}
+    types = dict(graph.types)
+    for node in graph.nodes:
+        params = node.inputs[1:5]
+        if node.op_type != "BatchNormalization" or not all(p in graph.constants for p in params):
+            nodes.append(node)
+            continue
+        x = node.inputs[0]
+        xt = graph.types[x]
+        scale, bias, mean, var = (graph.constants[p].astype(np.float64) for p in params)
+        eps = float(node.attrs.get("epsilon", 1e-5))
+        s = scale / np.sqrt(var + eps)
+        t = bias - mean * s
+        channel_shape = (-1,) + (1,) * (xt.rank - 2)
+        s_name, t_name = names(f"{node.name}/scale"), names(f"{node.name}/shift")
+        consts[s_name] = s.reshape(channel_shape).astype(xt.dtype)
+        consts[t_name] = t.reshape(channel_shape).astype(xt.dtype)
+        mid = names(f"{node.outputs[0]}/scaled")
+        types[mid] = xt
+        nodes.append(Node(names(f"{node.name}/mul"), "Mul", (x, s_name), (mid,), {}))
+        nodes.append(Node(node.name, "Add", (mid, t_name), (node.outputs[0],), {}))
+    return _with_constants(graph.replace(types=types), nodes, consts)
+
+
+def _per_channel(graph: Graph, operand: str, out: str, axis: int) -> np.ndarray | None:
+    """The constant `operand` as a vector over `axis` of `out`, if it varies only there and
+    broadcasting it does not change `out`'s shape."""
+    if operand not in graph.constants:
+        return None
+    value = graph.constants[operand]
+    out_type = graph.types[out]
+    if value.ndim > out_type.rank:
+        return None
+    shape = (1,) * (out_type.rank - value.ndim) + tuple(value.shape)
+    if any(d != 1 for i, d in enumerate(shape) if i != axis):
+        return None
+    channels = out_type.shape[axis]
+    return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float64)
+
+
+def fold_affine_into_anchor(graph: Graph) -> Graph:
+    """Conv / Gemm followed by a per-output-channel Mul or Add by a constant (BatchNorm,
+    Caffe "Scale" layers, biases) becomes one Conv / Gemm with new weights and bias."""
+    changed = True
+    while changed:
+        changed, graph = _fold_one_affine(graph)
+    return graph
+
+
+def _fold_one_affine(graph: Graph) -> tuple[bool, Graph]:
+    names = _Names(graph)
+    outputs = set(graph.outputs)
+    for node in graph.nodes:
+        if node.op_type not in ("Mul", "Add") or node.domain:
+            continue
+        for slot in (0, 1):
+            x, operand = node.inputs[slot], node.inputs[1 - slot]
+            anchor = graph.producers.get(x)
+            if anchor is None or anchor.op_type not in ("Conv", "Gemm") or x in outputs:
+                continue
+            if (
+                len(graph.consumers.get(x, ())) != 1
+                or graph.types[x] != graph.types[node.outputs[0]]
+            ):
+                continue
+            vector = _per_channel(graph, operand, x, 1)
+            if vector is None or graph.types[operand].dtype != graph.types[x].dtype:
+                continue
+            fold = _fold_conv if anchor.op_type == "Conv" else _fold_gemm
+            result = fold(graph, anchor, node.op_type, vector, names)
+            if result is None:
+                continue
+            new_anchor, consts = result
+            new_anchor = Node(
+                new_anchor.name,
+                new_anchor.op_type,
+                new_anchor.inputs,
+                node.outputs,
+                new_anchor.attrs,
+            )
+            nodes = [new_anchor if n is anchor else n for n in graph.nodes if n is not node]
+            return True, _with_constants(graph, nodes, consts)
+    return False, graph
+
+
+def _fold_conv(
+    graph: Graph, conv: Node, op: str, vector: np.ndarray, names: _Names
+) -> tuple[Node, dict[str, np.ndarray]] | None:
+    w_name, b_name = conv.input(1), conv.input(2)
+    if w_name not in graph.constants or (b_name and b_name not in graph.constants):
+        return None
+    w = graph.constants[w_name]
+    dtype = w.dtype
+    bias = graph.constants[b_name].astype(np.float64) if b_name else np.zeros(w.shape[0])
+    consts = {}
+    new_w = w_name
+    if op == "Mul":
+        new_w = names(f"{w_name}/folded")
+        consts[new_w] = (w * vector.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
+        bias = bias * vector
+    else:
+        bias = bias + vector
+    new_b = names(f"{conv.name}/bias_folded")
+    consts[new_b] = bias.astype(dtype)
+    inputs = (conv.inputs[0], new_w, new_b)
+    return Node(conv.name, "Conv", inputs, conv.outputs, conv.attrs), consts
+
+
+def _fold_gemm(
+    graph: Graph, gemm: Node, op: str, vector: np.ndarray, names: _Names
+) -> tuple[Node, dict[str, np.ndarray]] | None:
+    b_name, c_name = gemm.input(1), gemm.input(2)
+    if b_name not in graph.constants or (c_name and c_name not in graph.constants):
+        return None
+    out = graph.types[gemm.outputs[0]]
+    b = graph.constants[b_name]
+    dtype = b.dtype
+    beta = float(gemm.attrs.get("beta", 1.0))
+    c = beta * graph.constants[c_name].astype(np.float64) if c_name else np.zeros(out.shape[1])
+    c = np.broadcast_to(c, np.broadcast_shapes(c.shape, (out.shape[1],)))
+    consts = {}
+    new_b = b_name
+    if op == "Mul":
+        new_b = names(f"{b_name}/folded")
+        trans_b = int(gemm.attrs.get("transB", 0))
+        scale = vector.reshape(-1, 1) if trans_b else vector.reshape(1, -1)
+        consts[new_b] = (b * scale).astype(dtype)
+        c = c * vector
+    else:
+        c = c + vector
+    new_c = names(f"{gemm.name}/bias_folded")
+    consts[new_c] = np.ascontiguousarray(c).astype(dtype)
+    attrs = dict(gemm.attrs)
+    attrs["beta"] = 1.0
+    return Node(gemm.name, "Gemm", (gemm.inputs[0], new_b, new_c), gemm.outputs, attrs), consts
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """Drop nodes no output depends on, and constants nothing reads."""
+    digraph = graph.digraph
+    live: set[str] = set()
+    for out in graph.outputs:
+        producer = graph.producers.get(out)
+        if producer is not None and producer.name not in live:
+            live.add(producer.name)
+            live |= nx.ancestors(digraph, producer.name)
+    nodes = tuple(n for n in graph.nodes if n.name in live)
+    used = {i for n in nodes for i in n.inputs if i} | set(graph.outputs) | set(graph.inputs)
+    constants = {k: v for k, v in graph.constants.items() if k in used}
+    produced = {o for n in nodes for o in n.outputs if o}
+    types = {k: v for k, v in graph.types.items() if k in used or k in produced}
+    aliases = {k: v for k, v in graph.aliases.items() if k in produced}
+    return graph.replace(nodes=nodes, constants=constants, types=types, aliases=aliases)
+
+
+def mark_views(graph: Graph) -> Graph:
+    """Reshape / Flatten / Squeeze / Unsqueeze only relabel a row-major buffer: their output
+    aliases the input's memory and costs nothing at run time. A graph output stays a copy,
+    since it needs a buffer of its own."""
+    aliases: dict[str, str] = {}
+    outputs = set(graph.outputs)
+    for node in graph.nodes:
+        if OPS[node.op_type].kind is not OpKind.VIEW:
+            continue
+        src, dst = node.inputs[0], node.outputs[0]
+        if dst in outputs or src in graph.constants:
+            continue
+        aliases[dst] = aliases.get(src, src)
+    return graph.replace(aliases=aliases)
+
+
+PASSES: tuple[Pass, ...] = (
+    Pass(
+        "fold_constants",
+        fold_constants,
+        "weights (ConstantOfShape fills) and shape chains are computed once, at compile time",
+    ),
+    Pass(
+        "eliminate_identities",
+        eliminate_identities,
+        "Identity and inference Dropout only copy; consumers read the source",
+    ),
+    Pass(
+        "sum_to_add",
+        sum_to_add,
+        "binary Adds are elementwise ops that fuse into the producing conv's tile",
+    ),
+    Pass(
+        "batchnorm_to_affine",
+        batchnorm_to_affine,
+        "inference BatchNorm is a per-channel scale and shift",
+    ),
+    Pass(
+        "fold_affine_into_anchor",
+        fold_affine_into_anchor,
+        "a per-channel scale / shift after Conv or Gemm is folded into its weights and bias",
+    ),
+    Pass(
+        "eliminate_dead_code",
+        eliminate_dead_code,
+        "nodes no output depends on and unused constants cost time and memory",
+    ),
+    Pass("mark_views", mark_views, "reshape-like ops are zero-copy aliases of a row-major buffer"),
+)
+
+
+def optimize(graph: Graph, config: OptimizeConfig | None = None) -> Graph:
+    """The graph after every enabled pass of the pipeline."""
+    return optimize_with_report(graph, config)[0]
+
+
+def optimize_with_report(
+    graph: Graph, config: OptimizeConfig | None = None
+) -> tuple[Graph, list[PassReport]]:
+    config = config or OptimizeConfig()
+    unknown = config.disabled - {p.name for p in PASSES}
+    if unknown:
+        raise InputError(
+            f"OptimizeConfig.disabled names unknown pass(es) {sorted(unknown)}; "
+            f"passes are {[p.name for p in PASSES]}"
+        )
+    reports = []
+    for p in PASSES:
+        if p.name in config.disabled:
+            continue
+        start = time.perf_counter()
+        before = len(graph.nodes)
+        graph = p.run(graph)
+        reports.append(PassReport(p.name, before, len(graph.nodes), time.perf_counter() - start))
+    return graph, reports
+
+
+def verify_graph(graph: Graph) -> None:
+    """Structural invariants every pass must keep (used by the tests after each pass)."""
+    available = set(graph.inputs) | set(graph.constants)
+    for node in graph.nodes:
+        for tensor in node.inputs:
+            if tensor and tensor not in available:
+                raise AssertionError(f"{node.label} reads '{tensor}' before it is produced")
+        for tensor in node.outputs:
+            if tensor:
+                if tensor in available:
+                    raise AssertionError(f"'{tensor}' is produced twice")
+                if tensor not in graph.types:
+                    raise AssertionError(f"'{tensor}' has no type")
+                available.add(tensor)
+    for out in graph.outputs:
+        if out not in available:
+            raise AssertionError(f"graph output '{out}' is never produced")
+    names = [n.name for n in graph.nodes]
+    if len(names) != len(set(names)):
+        raise AssertionError("node names are not unique")

@@ -1,0 +1,181 @@
+"""The `polytile` command line, shaped like TVM's tvmc.
+
+Exit codes: 0 success, 2 bad input (the model, a file or an argument is at fault),
+3 another polytile error, 70 an internal error (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
+
+if TYPE_CHECKING:
+    from polytile.frontend import Graph
+
+EXIT_BAD_INPUT = 2
+EXIT_ERROR = 3
+EXIT_INTERNAL = 70
+
+
+def parse_input_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
+    """`name:[1,3,224,224] other:[1,128]` → {"name": (1, 3, 224, 224), ...}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    if not text:
+        return shapes
+    for item in text.split():
+        name, sep, dims = item.rpartition(":")
+        try:
+            value = ast.literal_eval(dims)
+            shape = tuple(int(d) for d in value)
+        except (ValueError, SyntaxError, TypeError):
+            shape = None
+        if not sep or not name or shape is None:
+            raise InputError(f"--input-shapes item '{item}' is not of the form name:[d0,d1,...]")
+        shapes[name] = shape
+    return shapes
+
+
+def resolve_model(model: str, seed: int = 0) -> Path:
+    """A model argument is a file path or the name of a zoo model."""
+    from polytile import zoo
+
+    path = Path(model)
+    if path.suffix == ".onnx" or path.exists():
+        if not path.is_file():
+            raise InputError(f"model file '{model}' does not exist")
+        return path
+    if model in zoo.NAMES:
+        return zoo.materialize(model, seed=seed)
+    raise InputError(
+        f"'{model}' is neither a model file nor a zoo model (zoo: {', '.join(zoo.NAMES)})"
+    )
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from polytile.frontend import import_model, optimize_with_report, partition
+
+    path = resolve_model(args.model, args.seed)
+    start = time.perf_counter()
+    graph = import_model(path, input_shapes=parse_input_shapes(args.input_shapes))
+    imported = time.perf_counter() - start
+    print(f"imported {path} in {imported * 1e3:.0f} ms")
+    print(f"  {graph.summary()}")
+    optimized, reports = optimize_with_report(graph)
+    print("passes:")
+    for r in reports:
+        print(
+            f"  {r.name:<26} {r.nodes_before:>5} → {r.nodes_after:<5} nodes"
+            f" {r.seconds * 1e3:8.1f} ms"
+        )
+    start = time.perf_counter()
+    parts = partition(optimized)
+    print(f"partition in {(time.perf_counter() - start) * 1e3:.0f} ms: {parts.summary()}")
+    if args.groups:
+        for g in parts.groups:
+            outs = ", ".join(f"{t}:{optimized.types[t]}" for t in g.outputs)
+            ops = " → ".join(optimized.node_by_name[n].op_type for n in g.nodes)
+            print(f"  [{g.index:3}] {g.kind:<20} {ops}  ⇒ {outs}")
+    if args.verify:
+        return verify(path, optimized, args.seed)
+    return 0
+
+
+def verify(path: Path, optimized: Graph, seed: int) -> int:
+    """Run the original model and the optimized graph with onnxruntime; compare outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    from polytile.frontend import export_model
+
+    rng = np.random.default_rng(seed)
+    feeds = {
+        name: rng.standard_normal(optimized.types[name].shape).astype(optimized.types[name].dtype)
+        for name in optimized.inputs
+    }
+    original = onnx.load(str(path))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(original.SerializeToString(), options).run(None, feeds)
+    got = ort.InferenceSession(export_model(optimized).SerializeToString(), options).run(
+        None, feeds
+    )
+    worst = 0
+    for name, w, g in zip(optimized.outputs, want, got, strict=True):
+        scale = float(np.max(np.abs(w))) or 1.0
+        err = float(np.max(np.abs(w.astype(np.float64) - g))) / scale
+        worst = max(worst, err)
+        print(f"verify {name}: shape {g.shape} max |Δ| / max|y| = {err:.2e}")
+    if worst > 1e-4:
+        print("verify: the optimized graph differs from the original model", file=sys.stderr)
+        return 1
+    print("verify: optimized graph matches the original model (onnxruntime)")
+    return 0
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from polytile import zoo
+
+    if args.action == "list":
+        for info in zoo.list_models():
+            print(f"{info.name:<14} {info.source:<11} {info.description}")
+        return 0
+    names = zoo.NAMES if args.names == ["all"] else args.names
+    for name in names:
+        start = time.perf_counter()
+        path = zoo.materialize(name, seed=args.seed)
+        print(f"{name:<14} {path} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polytile", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    explain = sub.add_parser("explain", help="import, optimize and partition a model; print it")
+    explain.add_argument("model", help="an .onnx file or a zoo model name")
+    explain.add_argument("--input-shapes", help="name:[d0,d1,...] for dynamic inputs")
+    explain.add_argument("--groups", action="store_true", help="list every fused group")
+    explain.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the optimized graph against the model with onnxruntime",
+    )
+    explain.add_argument("--seed", type=int, default=0, help="zoo weights and random inputs")
+    explain.set_defaults(func=cmd_explain)
+
+    zoo = sub.add_parser("zoo", help="list or materialize the bundled models")
+    zoo.add_argument("action", choices=["list", "materialize"])
+    zoo.add_argument("names", nargs="*", default=["all"])
+    zoo.add_argument("--seed", type=int, default=0)
+    zoo.set_defaults(func=cmd_zoo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (InputError, ModelError, UnsupportedOpError, ShapeError) as exc:
+        print(f"polytile: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PolytileError as exc:
+        print(f"polytile: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception:  # a bug: show everything
+        traceback.print_exc()
+        print("polytile: internal error (a bug in polytile); please report it", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

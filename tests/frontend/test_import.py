@@ -1,0 +1,178 @@
+"""Loading from every source kind, IR-3 weights, input shapes, and one clear error per
+kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from graphs import assert_same, model
+from onnx import TensorProto, helper, numpy_helper
+
+from polytile.errors import InputError, ModelError, ShapeError, UnsupportedOpError
+from polytile.frontend import import_model
+from polytile.frontend.importer import parameter_inputs
+
+
+def relu_model() -> onnx.ModelProto:
+    return model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3)}, {"y": (2, 3)})
+
+
+def test_sources_path_bytes_and_proto(tmp_path: Path) -> None:
+    m = relu_model()
+    path = tmp_path / "relu.onnx"
+    onnx.save(m, path)
+    graphs = [import_model(path), import_model(str(path)), import_model(m.SerializeToString()),
+              import_model(m)]
+    for g in graphs:
+        assert g.inputs == ("x",) and g.outputs == ("y",)
+        assert g.types["y"].shape == (2, 3) and g.types["y"].dtype == "float32"
+    assert graphs[0].name == "relu"
+
+
+def test_ir3_weights_listed_as_inputs_are_constants() -> None:
+    w = np.ones((3, 3), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "ir3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    g = import_model(m)
+    assert g.inputs == ("x",) and "w" in g.constants
+    assert_same(m, g)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        import_model("/nonexistent/model.onnx")
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    data = relu_model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match=r"cut\.onnx"):
+        import_model(path)
+
+
+def test_not_onnx(tmp_path: Path) -> None:
+    path = tmp_path / "notes.onnx"
+    path.write_text("these are not the protobufs you are looking for\n" * 20)
+    with pytest.raises(ModelError, match="notes.onnx"):
+        import_model(path)
+    with pytest.raises(ModelError):
+        import_model(b"\x00\x01garbage")
+
+
+def test_wrong_argument_type() -> None:
+    with pytest.raises(InputError, match="int"):
+        import_model(42)  # type: ignore[arg-type]
+
+
+def test_checker_failure_names_the_model() -> None:
+    m = relu_model()
+    m.graph.node[0].input[0] = "nowhere"
+    with pytest.raises(ModelError, match="checker"):
+        import_model(m, name="broken")
+
+
+def test_unknown_domain_and_all_unsupported_ops_listed_at_once() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok"),
+        helper.make_node("TopK", ["a", "k"], ["b", "i"], name="topk1"),
+        helper.make_node("Hardmax", ["b"], ["c"], name="hm1"),
+        helper.make_node("Hardmax", ["c"], ["d"], name="hm2"),
+        helper.make_node("FancyOp", ["d"], ["y"], name="fancy", domain="com.example"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array([2], np.int64), "k")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOpError) as info:
+        import_model(m, name="zoo-of-bad-ops")
+    message = str(info.value)
+    for part in ("zoo-of-bad-ops", "TopK", "topk1", "Hardmax", "hm1", "hm2", "FancyOp",
+                 "com.example", "fancy"):
+        assert part in message
+    assert len(info.value.unsupported) == 4
+
+
+def test_dynamic_shape_needs_input_shapes() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ShapeError, match=r"input 'x'.*'batch'.*input_shapes=\{'x': \(1, 3\)\}"):
+        import_model(m)
+    g = import_model(m, input_shapes={"x": (5, 3)})
+    assert g.types["y"].shape == (5, 3)
+    with pytest.raises(InputError, match="not an input"):
+        import_model(m, input_shapes={"z": (5, 3)})
+    with pytest.raises(InputError, match="axis 1"):
+        import_model(m, input_shapes={"x": (5, 4)})
+    with pytest.raises(InputError, match="rank"):
+        import_model(m, input_shapes={"x": (5,)})
+
+
+def test_unsupported_dtype_names_the_input() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "str",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="input 'x'"):
+        import_model(m)
+
+
+def test_opset_out_of_range() -> None:
+    m = relu_model()
+    m.opset_import[0].version = 99
+    with pytest.raises(ModelError):
+        import_model(m)
+
+
+def test_old_opset_without_changes_is_accepted() -> None:
+    """A model at opset 1 whose ops did not change by opset 7 is the same model at 7."""
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["x"], ["y"])], "not",
+        [helper.make_tensor_value_info("x", TensorProto.BOOL, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [4])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 1)])
+    assert import_model(m).types["y"].dtype == "bool"
+
+
+def test_declared_output_shape_must_agree() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3)}, {"y": (3, 2)})
+    with pytest.raises(ShapeError, match="output 'y'"):
+        import_model(m)
+
+
+def test_runtime_parameter_is_reported_and_can_be_bound() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")], "rs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ShapeError, match=r"node 'rs' \(Reshape\).*compile-time constant"):
+        import_model(m)
+    assert parameter_inputs(m) == {"shape"}
+    g = import_model(m, bind={"shape": np.array([3, 2])})
+    assert g.types["y"].shape == (3, 2) and g.inputs == ("x",)
+    with pytest.raises(InputError, match="bind"):
+        import_model(m, bind={"nope": np.array([3, 2])})

@@ -1,0 +1,199 @@
+"""Every pass keeps the graph's meaning (differential against onnxruntime on the original
+model) and does its job (the structure it promises)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from graphs import assert_same, bn_params, model, weights
+from onnx import helper
+
+from polytile.errors import InputError
+from polytile.frontend import PASSES, OptimizeConfig, import_model, optimize
+from polytile.frontend.passes import verify_graph
+
+
+def each_prefix(m):  # noqa: ANN001, ANN201
+    """The graph after each prefix of the pipeline, checked against the model each time."""
+    graph = import_model(m)
+    verify_graph(graph)
+    assert_same(m, graph)
+    for p in PASSES:
+        graph = p.run(graph)
+        verify_graph(graph)
+        assert_same(m, graph)
+    return graph
+
+
+def conv_bn_relu():  # noqa: ANN201
+    w, b = weights(0, (8, 3, 3, 3), (8,))
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ]
+    s, t, mu, var = bn_params(8)
+    inits = {"w": w, "b": b, "s": s, "t": t, "m": mu, "v": var}
+    return model(nodes, {"x": (1, 3, 8, 8)}, {"y": (1, 8, 8, 8)}, inits)
+
+
+def test_batchnorm_folds_into_conv() -> None:
+    graph = each_prefix(conv_bn_relu())
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Relu"]
+
+
+@pytest.mark.parametrize("opset", [7, 9, 15])
+def test_batchnorm_versions_fold(opset: int) -> None:
+    m = conv_bn_relu()
+    m.opset_import[0].version = opset
+    graph = each_prefix(m)
+    assert "BatchNormalization" not in graph.op_counts()
+
+
+def test_scale_and_shift_chain_folds_into_conv() -> None:
+    """Inception-v2's Conv → BN → Mul → Add (Caffe Scale) becomes one Conv."""
+    w, = weights(0, (4, 2, 3, 3))
+    s, t, mu, var = bn_params(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        helper.make_node("Unsqueeze", ["g", "axes"], ["g3"]),
+        helper.make_node("Mul", ["n", "g3"], ["p"]),
+        helper.make_node("Unsqueeze", ["h", "axes"], ["h3"]),
+        helper.make_node("Add", ["p", "h3"], ["q"]),
+        helper.make_node("Relu", ["q"], ["y"]),
+    ]
+    inits = {
+        "w": w, "s": s, "t": t, "m": mu, "v": var,
+        "g": np.full(4, 1.5, np.float32), "h": np.arange(4, dtype=np.float32),
+        "axes": np.array([1, 2], np.int64),
+    }
+    graph = each_prefix(model(nodes, {"x": (2, 2, 6, 6)}, {"y": None}, inits))
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Relu"]
+
+
+def test_batchnorm_on_shared_conv_output_is_not_folded() -> None:
+    w, = weights(0, (4, 2, 1, 1))
+    s, t, mu, var = bn_params(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        helper.make_node("Add", ["n", "c"], ["y"]),
+    ]
+    inits = {"w": w, "s": s, "t": t, "m": mu, "v": var}
+    graph = each_prefix(model(nodes, {"x": (1, 2, 4, 4)}, {"y": None}, inits))
+    assert graph.op_counts() == {"Conv": 1, "Mul": 1, "Add": 2}
+
+
+def test_batchnorm_folds_into_gemm() -> None:
+    a, b = weights(0, (16, 6), (6,))
+    s, t, mu, var = bn_params(6)
+    nodes = [
+        helper.make_node("Gemm", ["x", "a", "b"], ["g"], transB=1, alpha=0.5, beta=2.0),
+        helper.make_node("BatchNormalization", ["g", "s", "t", "m", "v"], ["y"]),
+    ]
+    inits = {"a": a, "b": b, "s": s, "t": t, "m": mu, "v": var}
+    graph = each_prefix(model(nodes, {"x": (3, 16)}, {"y": None}, inits))
+    assert graph.op_counts() == {"Gemm": 1}
+
+
+def test_standalone_batchnorm_becomes_affine() -> None:
+    s, t, mu, var = bn_params(3)
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "t", "m", "v"], ["y"])]
+    inits = {"s": s, "t": t, "m": mu, "v": var}
+    graph = each_prefix(model(nodes, {"x": (2, 3, 5)}, {"y": None}, inits))
+    assert graph.op_counts() == {"Mul": 1, "Add": 1}
+
+
+@pytest.mark.parametrize("arity", [1, 2, 3])
+def test_sum_becomes_adds(arity: int) -> None:
+    names = [f"x{i}" for i in range(arity)]
+    nodes = [helper.make_node("Sum", names, ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = each_prefix(model(nodes, {n: (2, 3) for n in names}, {"y": None}))
+    assert graph.op_counts() == ({"Add": arity - 1} if arity > 1 else {}) | {"Relu": 1}
+
+
+def test_identity_and_dropout_removed_even_before_outputs() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["i"]),
+        helper.make_node("Dropout", ["i"], ["d"], ratio=0.3),
+        helper.make_node("Exp", ["d"], ["e"]),
+        helper.make_node("Identity", ["e"], ["y"]),
+        helper.make_node("Identity", ["x"], ["z"]),
+    ]
+    m = model(nodes, {"x": (2, 3)}, {"y": None, "z": None}, opset=10)
+    graph = each_prefix(m)
+    assert graph.op_counts() == {"Relu": 1, "Exp": 1, "Identity": 1}
+    assert graph.outputs == ("y", "z")
+
+
+def test_shape_chain_and_fills_fold() -> None:
+    """Shape → Gather → Unsqueeze → Concat → Reshape, and ConstantOfShape weights."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Gather", ["shp", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("ConstantOfShape", ["wshape"], ["w"],
+                         value=helper.make_tensor("v", 1, [1], [0.5])),
+        helper.make_node("MatMul", ["flat", "w"], ["y"]),
+    ]
+    inits = {
+        "zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64), "wshape": np.array([12, 5], np.int64),
+    }
+    graph = each_prefix(model(nodes, {"x": (2, 3, 4)}, {"y": (2, 5)}, inits))
+    assert graph.op_counts() == {"Reshape": 1, "MatMul": 1}
+    assert graph.types["flat"].shape == (2, 12)
+
+
+def test_constant_subgraph_folds_completely() -> None:
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["ab"]),
+        helper.make_node("Exp", ["ab"], ["e"]),
+        helper.make_node("Mul", ["x", "e"], ["y"]),
+    ]
+    a, b = weights(3, (3,), (3,))
+    graph = each_prefix(model(nodes, {"x": (2, 3)}, {"y": None}, {"a": a, "b": b}))
+    assert graph.op_counts() == {"Mul": 1}
+    folded = graph.constants[graph.nodes[0].inputs[1]]
+    np.testing.assert_allclose(folded, np.exp(a + b), rtol=1e-6)
+
+
+def test_dead_code_removed() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("Exp", ["x"], ["unused"]),
+        helper.make_node("Add", ["unused", "c"], ["unused2"]),
+    ]
+    graph = optimize(import_model(model(nodes, {"x": (4,)}, {"y": None},
+                                        {"c": np.ones(4, np.float32)})))
+    assert graph.op_counts() == {"Relu": 1}
+    assert "c" not in graph.constants and "c" not in graph.types
+
+
+def test_views_alias_their_input_unless_graph_output() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1),
+        helper.make_node("Exp", ["f"], ["y"]),
+        helper.make_node("Reshape", ["r", "shape"], ["z"]),
+    ]
+    inits = {"shape": np.array([-1], np.int64)}
+    graph = each_prefix(model(nodes, {"x": (2, 3, 4)}, {"y": None, "z": None}, inits))
+    assert dict(graph.aliases) == {"f": "r"}
+
+
+def test_unknown_pass_in_config_is_an_error() -> None:
+    graph = import_model(model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2,)}, {"y": None}))
+    with pytest.raises(InputError, match="fold_constant"):
+        optimize(graph, OptimizeConfig(disabled=frozenset({"fold_constant"})))
+    kept = optimize(graph, OptimizeConfig(disabled=frozenset(p.name for p in PASSES)))
+    assert kept == graph
+
+
+def test_every_pass_has_a_reason() -> None:
+    assert len({p.name for p in PASSES}) == len(PASSES)
+    assert all(p.reason and len(p.reason.splitlines()) == 1 for p in PASSES)
