@@ -73,8 +73,10 @@ def measure(name: str, repeat: int) -> dict[str, object]:
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
-    head = ("| model | ONNX nodes | after passes | groups | frontend s | import s | passes s "
-            "| partition s | ORT session s | ratio | target s |")
+    head = (
+        "| model | ONNX nodes | after passes | groups | frontend s | import s | passes s "
+        "| partition s | ORT session s | ratio | target s |"
+    )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         lines.append(
@@ -94,16 +96,24 @@ def main() -> None:
     rows = []
     for name in args.models:
         row = measure(name, args.repeat)
-        print(f"{name:<14} {row['frontend_s']:.3f} s  groups {row['groups']:>4}  "
-              f"({row['ratio_vs_ort_session']}× ORT session creation)", flush=True)
+        print(
+            f"{name:<14} {row['frontend_s']:.3f} s  groups {row['groups']:>4}  "
+            f"({row['ratio_vs_ort_session']}× ORT session creation)",
+            flush=True,
+        )
         rows.append(row)
     RESULTS.mkdir(exist_ok=True)
-    meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version()}
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+    }
     (RESULTS / "frontend.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     (RESULTS / "frontend.md").write_text(markdown(rows))
     worst = [r["model"] for r in rows if r["meets_target"] is False]
-    print(f"median frontend time {statistics.median(r['frontend_s'] for r in rows):.3f} s; "
-          f"missed targets: {worst or 'none'}")
+    print(
+        f"median frontend time {statistics.median(r['frontend_s'] for r in rows):.3f} s; "
+        f"missed targets: {worst or 'none'}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,23 @@ import numpy as np
 
 #: dtypes a tensor may have; names are numpy's.
 SUPPORTED_DTYPES = frozenset(
-    {"float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
+    {
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "bool",
+    }
 )
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
-INT_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64"})
+INT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 
 
 def frozen_mapping(items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> Mapping[str, Any]:

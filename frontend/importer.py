@@ -177,18 +177,33 @@ def import_model(
 
 
 def parameter_inputs(source: ModelSource) -> set[str]:
-    """Graph inputs that feed an op parameter (shape, axes, pads, ...) directly, and so
-    must be bound to values before the model can be compiled."""
+    """Graph inputs that feed an op parameter (shape, axes, pads, ...), directly or through
+    a chain of nodes, and so must be bound to values before the model can be compiled."""
     model, _ = load_model(source)
     inputs = {v.name for v in model.graph.input} - {i.name for i in model.graph.initializer}
-    found = set()
+    producers = {out: node for node in model.graph.node for out in node.output if out}
+    pending = []
     for node in model.graph.node:
         op = OPS.get(node.op_type)
-        if op is None:
+        if op is not None:
+            pending.extend(
+                node.input[i] for i in op.params if i < len(node.input) and node.input[i]
+            )
+    found: set[str] = set()
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
             continue
-        for index in op.params:
-            if index < len(node.input) and node.input[index] in inputs:
-                found.add(node.input[index])
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+            continue
+        node = producers.get(name)
+        op = OPS.get(node.op_type) if node is not None else None
+        if node is None or (op is not None and not op.needs_values):
+            continue  # Shape reads only its input's type
+        pending.extend(i for i in node.input if i)
     return found
 
 
@@ -244,7 +259,10 @@ class _Importer:
             self.taken.add(node_name)
             where = f"node '{node_name}' ({proto.op_type}) in model '{self.name}'"
             attrs = {a.name: attribute_value(a, where) for a in proto.attribute}
-            node = Node(node_name, proto.op_type, tuple(proto.input), tuple(proto.output), attrs)
+            outputs = list(proto.output)
+            while outputs and not outputs[-1]:  # trailing omitted outputs are not requested
+                outputs.pop()
+            node = Node(node_name, proto.op_type, tuple(proto.input), tuple(outputs), attrs)
             for new in self._canonicalize(node, node_names):
                 self._infer(new)
         outputs = tuple(o.name for o in g.output)
@@ -337,7 +355,13 @@ class _Importer:
         if op.canonicalize is None:
             return (node,)
         since = onnx.defs.get_schema(node.op_type, self.source_opset).since_version
-        rewrite = op.canonicalize(self._context(node), since)
+        ctx = self._context(node)
+        try:
+            rewrite = op.canonicalize(ctx, since)
+        except PolytileError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise ctx.error(f"canonicalization failed: {exc}") from exc
         for cname, value in rewrite.constants.items():
             value = readonly(value)
             self.constants[cname] = value

@@ -111,7 +111,7 @@ def export_model(graph: Graph, with_value_info: bool = False) -> onnx.ModelProto
         opset_imports=[helper.make_opsetid("", graph.opset)],
         producer_name="polytile",
     )
-    model.ir_version = min(model.ir_version, _max_ir_version(graph.opset))
+    model.ir_version = min(model.ir_version, max_ir_version(graph.opset))
     return model
 
 
@@ -120,7 +120,7 @@ def _used_tensors(graph: Graph) -> set[str]:
     return used | set(graph.outputs)
 
 
-def _max_ir_version(opset: int) -> int:
+def max_ir_version(opset: int) -> int:
     """The newest IR version that goes with an opset, so older runtimes accept exports."""
     for ir_version, ai_onnx in sorted(
         ((ir, ops) for _, ir, ops, *_ in helper.VERSION_TABLE), reverse=True

@@ -7,7 +7,7 @@ graph before and after each pass with onnx's reference evaluator / onnxruntime.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -232,21 +232,19 @@ def _per_channel(graph: Graph, operand: str, out: str, axis: int) -> np.ndarray 
 def fold_affine_into_anchor(graph: Graph) -> Graph:
     """Conv / Gemm followed by a per-output-channel Mul or Add by a constant (BatchNorm,
     Caffe "Scale" layers, biases) becomes one Conv / Gemm with new weights and bias."""
-    changed = True
-    while changed:
-        changed, graph = _fold_one_affine(graph)
-    return graph
-
-
-def _fold_one_affine(graph: Graph) -> tuple[bool, Graph]:
     names = _Names(graph)
     outputs = set(graph.outputs)
-    for node in graph.nodes:
+    nodes: list[Node | None] = list(graph.nodes)
+    position = {out: i for i, n in enumerate(graph.nodes) for out in n.outputs if out}
+    consts: dict[str, np.ndarray] = {}
+    known = dict(graph.constants)
+    for index, node in enumerate(graph.nodes):
         if node.op_type not in ("Mul", "Add") or node.domain:
             continue
         for slot in (0, 1):
             x, operand = node.inputs[slot], node.inputs[1 - slot]
-            anchor = graph.producers.get(x)
+            where = position.get(x)
+            anchor = nodes[where] if where is not None else None
             if anchor is None or anchor.op_type not in ("Conv", "Gemm") or x in outputs:
                 continue
             if (
@@ -258,31 +256,38 @@ def _fold_one_affine(graph: Graph) -> tuple[bool, Graph]:
             if vector is None or graph.types[operand].dtype != graph.types[x].dtype:
                 continue
             fold = _fold_conv if anchor.op_type == "Conv" else _fold_gemm
-            result = fold(graph, anchor, node.op_type, vector, names)
+            result = fold(known, graph.types, anchor, node.op_type, vector, names)
             if result is None:
                 continue
-            new_anchor, consts = result
-            new_anchor = Node(
+            new_anchor, new_consts = result
+            consts.update(new_consts)
+            known.update(new_consts)
+            nodes[where] = Node(
                 new_anchor.name,
                 new_anchor.op_type,
                 new_anchor.inputs,
                 node.outputs,
                 new_anchor.attrs,
             )
-            nodes = [new_anchor if n is anchor else n for n in graph.nodes if n is not node]
-            return True, _with_constants(graph, nodes, consts)
-    return False, graph
+            nodes[index] = None
+            position[node.outputs[0]] = where
+            break
+    return _with_constants(graph, [n for n in nodes if n is not None], consts)
+
+
+Constants = Mapping[str, np.ndarray]
+Types = Mapping[str, TensorType]
 
 
 def _fold_conv(
-    graph: Graph, conv: Node, op: str, vector: np.ndarray, names: _Names
+    constants: Constants, types: Types, conv: Node, op: str, vector: np.ndarray, names: _Names
 ) -> tuple[Node, dict[str, np.ndarray]] | None:
     w_name, b_name = conv.input(1), conv.input(2)
-    if w_name not in graph.constants or (b_name and b_name not in graph.constants):
+    if w_name not in constants or (b_name and b_name not in constants):
         return None
-    w = graph.constants[w_name]
+    w = constants[w_name]
     dtype = w.dtype
-    bias = graph.constants[b_name].astype(np.float64) if b_name else np.zeros(w.shape[0])
+    bias = constants[b_name].astype(np.float64) if b_name else np.zeros(w.shape[0])
     consts = {}
     new_w = w_name
     if op == "Mul":
@@ -298,16 +303,16 @@ def _fold_conv(
 
 
 def _fold_gemm(
-    graph: Graph, gemm: Node, op: str, vector: np.ndarray, names: _Names
+    constants: Constants, types: Types, gemm: Node, op: str, vector: np.ndarray, names: _Names
 ) -> tuple[Node, dict[str, np.ndarray]] | None:
     b_name, c_name = gemm.input(1), gemm.input(2)
-    if b_name not in graph.constants or (c_name and c_name not in graph.constants):
+    if b_name not in constants or (c_name and c_name not in constants):
         return None
-    out = graph.types[gemm.outputs[0]]
-    b = graph.constants[b_name]
+    out = types[gemm.outputs[0]]
+    b = constants[b_name]
     dtype = b.dtype
     beta = float(gemm.attrs.get("beta", 1.0))
-    c = beta * graph.constants[c_name].astype(np.float64) if c_name else np.zeros(out.shape[1])
+    c = beta * constants[c_name].astype(np.float64) if c_name else np.zeros(out.shape[1])
     c = np.broadcast_to(c, np.broadcast_shapes(c.shape, (out.shape[1],)))
     consts = {}
     new_b = b_name

@@ -100,6 +100,8 @@ class InferContext:
 
     def const(self, index: int, what: str) -> np.ndarray:
         """The input's compile-time value; a ShapeError when it is only known at run time."""
+        if not self.has_input(index):
+            raise self.error(f"input {index} (the {what}) is required but missing")
         value = self.value(index)
         if value is None:
             raise self.error(

@@ -236,7 +236,7 @@ def test_gemm_without_transb_takes_fan_in_from_rows() -> None:
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_weights_are_deterministic_per_seed_and_differ_across_seeds(name: str, zoo_model):
+def test_weights_are_deterministic_per_seed_and_differ_across_seeds(name: str, zoo_model) -> None:
     a, again = _weights(zoo_model(name)), _weights(zoo.build(name, 0))
     other = _weights(zoo_model(name, 1))
     assert a.keys() == again.keys() == other.keys()
@@ -295,7 +295,7 @@ def test_random_inputs_rejects_dynamic_and_non_float_inputs() -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def test_cache_dir_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_cache_dir_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert zoo.cache_dir() == tmp_path / "xdg" / "polytile" / "zoo"
     monkeypatch.delenv("XDG_CACHE_HOME")

@@ -57,9 +57,7 @@ def run_ort(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray
     return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
 
 
-def assert_same(
-    original: onnx.ModelProto, graph: Graph, seed: int = 0, rtol: float = 1e-4
-) -> None:
+def assert_same(original: onnx.ModelProto, graph: Graph, seed: int = 0, rtol: float = 1e-4) -> None:
     """The graph (exported) and the original model agree on random inputs."""
     feeds = random_feeds(graph, seed)
     want = run_ort(original, feeds)

@@ -13,7 +13,7 @@ from polytile.frontend import PASSES, OptimizeConfig, import_model, optimize
 from polytile.frontend.passes import verify_graph
 
 
-def each_prefix(m):  # noqa: ANN001, ANN201
+def each_prefix(m):  # noqa: ANN201
     """The graph after each prefix of the pipeline, checked against the model each time."""
     graph = import_model(m)
     verify_graph(graph)
@@ -52,7 +52,7 @@ def test_batchnorm_versions_fold(opset: int) -> None:
 
 def test_scale_and_shift_chain_folds_into_conv() -> None:
     """Inception-v2's Conv → BN → Mul → Add (Caffe Scale) becomes one Conv."""
-    w, = weights(0, (4, 2, 3, 3))
+    (w,) = weights(0, (4, 2, 3, 3))
     s, t, mu, var = bn_params(4)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
@@ -64,8 +64,13 @@ def test_scale_and_shift_chain_folds_into_conv() -> None:
         helper.make_node("Relu", ["q"], ["y"]),
     ]
     inits = {
-        "w": w, "s": s, "t": t, "m": mu, "v": var,
-        "g": np.full(4, 1.5, np.float32), "h": np.arange(4, dtype=np.float32),
+        "w": w,
+        "s": s,
+        "t": t,
+        "m": mu,
+        "v": var,
+        "g": np.full(4, 1.5, np.float32),
+        "h": np.arange(4, dtype=np.float32),
         "axes": np.array([1, 2], np.int64),
     }
     graph = each_prefix(model(nodes, {"x": (2, 2, 6, 6)}, {"y": None}, inits))
@@ -73,7 +78,7 @@ def test_scale_and_shift_chain_folds_into_conv() -> None:
 
 
 def test_batchnorm_on_shared_conv_output_is_not_folded() -> None:
-    w, = weights(0, (4, 2, 1, 1))
+    (w,) = weights(0, (4, 2, 1, 1))
     s, t, mu, var = bn_params(4)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
@@ -86,7 +91,7 @@ def test_batchnorm_on_shared_conv_output_is_not_folded() -> None:
 
 
 def test_batchnorm_folds_into_gemm() -> None:
-    a, b = weights(0, (16, 6), (6,))
+    a, b = weights(0, (6, 16), (6,))
     s, t, mu, var = bn_params(6)
     nodes = [
         helper.make_node("Gemm", ["x", "a", "b"], ["g"], transB=1, alpha=0.5, beta=2.0),
@@ -136,13 +141,16 @@ def test_shape_chain_and_fills_fold() -> None:
         helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
         helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
         helper.make_node("Reshape", ["x", "target"], ["flat"]),
-        helper.make_node("ConstantOfShape", ["wshape"], ["w"],
-                         value=helper.make_tensor("v", 1, [1], [0.5])),
+        helper.make_node(
+            "ConstantOfShape", ["wshape"], ["w"], value=helper.make_tensor("v", 1, [1], [0.5])
+        ),
         helper.make_node("MatMul", ["flat", "w"], ["y"]),
     ]
     inits = {
-        "zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
-        "minus1": np.array([-1], np.int64), "wshape": np.array([12, 5], np.int64),
+        "zero": np.array(0, np.int64),
+        "ax0": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64),
+        "wshape": np.array([12, 5], np.int64),
     }
     graph = each_prefix(model(nodes, {"x": (2, 3, 4)}, {"y": (2, 5)}, inits))
     assert graph.op_counts() == {"Reshape": 1, "MatMul": 1}
@@ -168,8 +176,9 @@ def test_dead_code_removed() -> None:
         helper.make_node("Exp", ["x"], ["unused"]),
         helper.make_node("Add", ["unused", "c"], ["unused2"]),
     ]
-    graph = optimize(import_model(model(nodes, {"x": (4,)}, {"y": None},
-                                        {"c": np.ones(4, np.float32)})))
+    graph = optimize(
+        import_model(model(nodes, {"x": (4,)}, {"y": None}, {"c": np.ones(4, np.float32)}))
+    )
     assert graph.op_counts() == {"Relu": 1}
     assert "c" not in graph.constants and "c" not in graph.types
 

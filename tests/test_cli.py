@@ -1,0 +1,83 @@
+"""The command line: output of explain / zoo, and exit codes that tell bad input (2)
+from internal errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from polytile import cli
+from polytile.errors import InputError
+
+
+def write_model(path: Path, op: str = "Relu", shape: list | None = None) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape or [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_explain_file_with_groups_and_verify(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "relu.onnx")
+    assert cli.main(["explain", str(path), "--groups", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "fold_constants" in out and "1 groups" in out and "matches the original" in out
+
+
+def test_explain_zoo_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cli.main(["explain", "mlp", "--verify"]) == 0
+    assert "Gemm" in capsys.readouterr().out
+
+
+def test_dynamic_input_needs_shapes(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "dyn.onnx", shape=["n", 3])
+    assert cli.main(["explain", str(path)]) == cli.EXIT_BAD_INPUT
+    assert "input_shapes" in capsys.readouterr().err
+    assert cli.main(["explain", str(path), "--input-shapes", "x:[4,3]"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["explain", "no-such-model"], "neither a model file nor a zoo model"),
+        (["explain", "/missing/model.onnx"], "does not exist"),
+    ],
+)
+def test_bad_input_exit_code(argv: list[str], message: str, capsys) -> None:
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+def test_unsupported_op_exit_code(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "hm.onnx", op="Hardmax")
+    assert cli.main(["explain", str(path)]) == cli.EXIT_BAD_INPUT
+    assert "Hardmax" in capsys.readouterr().err
+
+
+def test_internal_error_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr("polytile.frontend.partition", boom)
+    path = write_model(tmp_path / "relu.onnx")
+    assert cli.main(["explain", str(path)]) == cli.EXIT_INTERNAL
+
+
+def test_zoo_list(capsys) -> None:
+    assert cli.main(["zoo", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and "transformer" in out
+
+
+def test_parse_input_shapes() -> None:
+    assert cli.parse_input_shapes("a:[1,3] b:[2]") == {"a": (1, 3), "b": (2,)}
+    with pytest.raises(InputError, match="name:"):
+        cli.parse_input_shapes("a=[1,3]")
