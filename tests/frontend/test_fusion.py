@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from graphs import model, random_feeds, run_ort, weights
 from onnx import helper
 
 from polytile.frontend import Graph, Partition, export_model, import_model, optimize, partition
 from polytile.frontend.ops import OPS, OpKind
+
+from graphs import model, random_feeds, run_ort, weights
 
 
 def groups_by_ops(parts: Partition) -> list[list[str]]:

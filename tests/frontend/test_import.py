@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from graphs import assert_same, model
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.errors import InputError, ModelError, ShapeError, UnsupportedOpError
 from polytile.frontend import import_model
 from polytile.frontend.importer import parameter_inputs
+
+from graphs import assert_same, model
 
 
 def relu_model() -> onnx.ModelProto:

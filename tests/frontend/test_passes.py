@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graphs import assert_same, bn_params, model, weights
 from onnx import helper
 
 from polytile.errors import InputError
 from polytile.frontend import PASSES, OptimizeConfig, import_model, optimize
 from polytile.frontend.passes import verify_graph
+
+from graphs import assert_same, bn_params, model, weights
 
 
 def each_prefix(m):  # noqa: ANN201

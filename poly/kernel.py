@@ -1,0 +1,195 @@
+"""The kernel IR: tensors and statements with exact isl domains and accesses.
+
+A statement writes one tensor element per point of its domain. A reduction statement
+combines its expression into the element (`Y[i, j] += A[i, k] * B[k, j]`); its identity is
+written by a separate init statement, which lowering creates. Dimension names carry
+meaning; the isl objects are derived from text on demand.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+
+import islpy as isl
+import numpy as np
+
+from . import isl_helpers as ih
+from .expr import COMBINERS, Expr, Load, loads
+
+
+class Role(enum.Enum):
+    INPUT = "input"
+    OUTPUT = "output"
+    CONSTANT = "constant"
+    TEMP = "temporary"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: Role
+    #: the data of a constant tensor (read-only); None otherwise
+    value: np.ndarray | None = field(default=None, compare=False, repr=False)
+    #: the ONNX tensor this kernel tensor holds ('' for temporaries of a lowering)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Statement:
+    name: str
+    dims: tuple[str, ...]
+    #: isl set text, `{ name[dims] : constraints }`
+    domain: str
+    tensor: str
+    index: tuple[str, ...]
+    expr: Expr
+    #: the combiner ('sum', 'prod', 'max', 'min') of a reduction statement, else None
+    reduction: str | None = None
+    #: for an init statement, the reduction statement it initializes
+    init_of: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reduction is not None and self.reduction not in COMBINERS:
+            raise ValueError(f"statement {self.name}: unknown combiner {self.reduction}")
+
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        """Dimensions that do not appear in the written index (summed over)."""
+        if self.reduction is None:
+            return ()
+        used = " ".join(self.index)
+        return tuple(d for d in self.dims if not _mentions(used, d))
+
+    def domain_set(self) -> isl.Set:
+        return ih.parse_set(self.domain)
+
+    def write_map(self) -> isl.Map:
+        text = ih.access(self.name, self.dims, self.tensor, self.index)
+        return ih.parse_map(text).intersect_domain(self.domain_set())
+
+    def read_maps(self) -> list[isl.Map]:
+        """One map per load (indirect indices over-approximated to the whole axis);
+        a reduction also reads its accumulator."""
+        maps = [self._load_map(load) for load in loads(self.expr)]
+        if self.reduction is not None:
+            maps.append(self.write_map())
+        return maps
+
+    def _load_map(self, load: Load) -> isl.Map:
+        # an indirect index becomes an unconstrained output dimension: any element
+        index = [i if isinstance(i, str) else f"_x{n}" for n, i in enumerate(load.index)]
+        text = ih.access(self.name, self.dims, load.tensor, index)
+        return ih.parse_map(text).intersect_domain(self.domain_set())
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", text) is not None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    tensors: Mapping[str, Tensor]
+    statements: tuple[Statement, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tensors, MappingProxyType):
+            object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
+        object.__setattr__(self, "statements", tuple(self.statements))
+        names = [s.name for s in self.statements]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kernel {self.name}: statement names are not unique")
+
+    @cached_property
+    def statement(self) -> Mapping[str, Statement]:
+        return MappingProxyType({s.name: s for s in self.statements})
+
+    def domain(self) -> isl.UnionSet:
+        return ih.union_set([s.domain_set() for s in self.statements])
+
+    def writes(self) -> isl.UnionMap:
+        return ih.union_map([s.write_map() for s in self.statements])
+
+    def reads(self) -> isl.UnionMap:
+        return ih.union_map([m for s in self.statements for m in s.read_maps()])
+
+    @cached_property
+    def dependences(self) -> Dependences:
+        from .deps import compute_dependences
+
+        return compute_dependences(self)
+
+    def inputs(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.role is Role.INPUT]
+
+    def outputs(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.role is Role.OUTPUT]
+
+    def by_source(self, onnx_name: str) -> Tensor:
+        """The kernel tensor holding an ONNX tensor."""
+        for t in self.tensors.values():
+            if t.source == onnx_name:
+                return t
+        raise KeyError(f"kernel {self.name} holds no tensor for '{onnx_name}'")
+
+    def workload_key(self) -> str:
+        """A stable structural hash: identical kernels (up to constant values) share it."""
+        payload = {
+            "tensors": sorted(
+                (t.name, list(t.shape), t.dtype, t.role.value) for t in self.tensors.values()
+            ),
+            "statements": [
+                [
+                    s.name,
+                    list(s.dims),
+                    s.domain,
+                    s.tensor,
+                    list(s.index),
+                    str(s.expr),
+                    s.reduction,
+                    s.init_of,
+                ]
+                for s in self.statements
+            ],
+        }
+        blob = json.dumps(payload, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def flops(self) -> int:
+        """Arithmetic operations executed (domain size × operations per instance)."""
+        from .expr import Binary, Unary, walk
+
+        total = 0
+        for s in self.statements:
+            ops = sum(1 for e in walk(s.expr) if isinstance(e, Binary | Unary))
+            ops += 1 if s.reduction else 0
+            total += ih.card(s.domain_set()) * ops
+        return total
+
+
+@dataclass(frozen=True)
+class Dependences:
+    """Memory-based dependences between statement instances, in program order.
+
+    `reduction` holds the self-dependences of reduction statements through their
+    accumulator: the combiner is associative, so they may be reordered, but a loop that
+    carries one must not run in parallel.
+    """
+
+    flow: isl.UnionMap
+    anti: isl.UnionMap
+    output: isl.UnionMap
+    reduction: isl.UnionMap
+
+    def ordering(self) -> isl.UnionMap:
+        """Every dependence a schedule must keep in order."""
+        return self.flow.union(self.anti).union(self.output)

@@ -1,0 +1,22 @@
+"""ONNX → polyhedral kernels: one compute definition per op (see `base.lowering`)."""
+
+from polytile.frontend.fusion import Group
+from polytile.frontend.graph import Graph
+
+from ..kernel import Kernel
+from . import elementwise, injective, nn, reduce  # noqa: F401  (each registers lowerings)
+from .base import LOWERINGS, LowerContext, identifier, lower_group, lowering
+
+
+def lower(graph: Graph, group: Group) -> Kernel:
+    """The kernel of one fused group of an optimized graph."""
+    return lower_group(
+        graph,
+        group.nodes,
+        group.inputs,
+        group.outputs,
+        name=f"{graph.name}_g{group.index}_{group.kind}",
+    )
+
+
+__all__ = ["LOWERINGS", "LowerContext", "identifier", "lower", "lower_group", "lowering"]

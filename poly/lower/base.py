@@ -1,0 +1,199 @@
+"""Lowering infrastructure: a fused group of the graph becomes one Kernel.
+
+Each ONNX op has exactly one compute definition, registered with `lowering(op_type)`: a
+function from a `LowerContext` to the statements computing the node's outputs. The
+context hands out identifier-safe tensor and statement names, loads with numpy
+broadcasting, boxes as isl domains and temporaries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from polytile.errors import UnsupportedOpError
+from polytile.frontend.graph import Graph, Node, TensorType
+
+from .. import isl_helpers as ih
+from ..expr import Const, Expr, Load, const
+from ..kernel import Kernel, Role, Statement, Tensor
+
+Lowering = Callable[["LowerContext"], list[Statement]]
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowering(*op_types: str) -> Callable[[Lowering], Lowering]:
+    """Register the one compute definition of these ops."""
+
+    def wrap(fn: Lowering) -> Lowering:
+        for op in op_types:
+            if op in LOWERINGS:
+                raise RuntimeError(f"op {op} lowered twice")
+            LOWERINGS[op] = fn
+        return fn
+
+    return wrap
+
+
+def identifier(name: str) -> str:
+    """An isl-safe identifier for an ONNX name."""
+    ident = re.sub(r"\W", "_", name)
+    return ident if re.match(r"[A-Za-z]", ident) else f"t_{ident}"
+
+
+class _Builder:
+    """Shared state while lowering one group: names, tensors, statements."""
+
+    def __init__(self, graph: Graph, name: str) -> None:
+        self.graph = graph
+        self.name = name
+        self.taken: set[str] = set()
+        self.ids: dict[str, str] = {}  # ONNX tensor name -> kernel tensor name
+        self.tensors: dict[str, Tensor] = {}
+
+    def fresh(self, base: str) -> str:
+        base = identifier(base)
+        name, n = base, 1
+        while name in self.taken:
+            name = f"{base}_{n}"
+            n += 1
+        self.taken.add(name)
+        return name
+
+    def tensor_id(self, onnx_name: str) -> str:
+        if onnx_name not in self.ids:
+            self.ids[onnx_name] = self.fresh(onnx_name)
+        return self.ids[onnx_name]
+
+
+class LowerContext:
+    """What one op's lowering sees: its node, types, constants, and name helpers."""
+
+    def __init__(self, builder: _Builder, node: Node) -> None:
+        self._b = builder
+        self.node = node
+        self.graph = builder.graph
+
+    # --- node facts -------------------------------------------------------------------
+    def type(self, onnx_name: str) -> TensorType:
+        return self.graph.types[onnx_name]
+
+    def input_type(self, index: int) -> TensorType:
+        return self.graph.types[self.node.inputs[index]]
+
+    def output_type(self, index: int = 0) -> TensorType:
+        return self.graph.types[self.node.outputs[index]]
+
+    def has_input(self, index: int) -> bool:
+        return index < len(self.node.inputs) and bool(self.node.inputs[index])
+
+    def constant(self, index: int) -> np.ndarray | None:
+        """The value of input `index` when it is a compile-time constant."""
+        if not self.has_input(index):
+            return None
+        return self.graph.constants.get(self.node.inputs[index])
+
+    def attr(self, name: str, default: object = None) -> object:
+        return self.node.attrs.get(name, default)
+
+    def unsupported(self, message: str) -> UnsupportedOpError:
+        node = self.node
+        return UnsupportedOpError(
+            f"{node.label} in model '{self.graph.name}': {message}",
+            ((node.name, node.op_type, message),),
+        )
+
+    # --- names ------------------------------------------------------------------------
+    def tensor(self, onnx_name: str) -> str:
+        """The kernel tensor holding an ONNX tensor."""
+        return self._b.tensor_id(onnx_name)
+
+    def input(self, index: int) -> str:
+        return self.tensor(self.node.inputs[index])
+
+    def output(self, index: int = 0) -> str:
+        return self.tensor(self.node.outputs[index])
+
+    def statement_name(self, base: str | None = None) -> str:
+        return self._b.fresh(base or self.node.name)
+
+    def temp(self, base: str, shape: Sequence[int], dtype: str) -> str:
+        """A new temporary tensor private to this kernel."""
+        name = self._b.fresh(f"{self.node.name}_{base}")
+        self._b.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, Role.TEMP)
+        return name
+
+    # --- building blocks --------------------------------------------------------------
+    @staticmethod
+    def dims(rank: int, prefix: str = "i") -> tuple[str, ...]:
+        return tuple(f"{prefix}{n}" for n in range(rank))
+
+    @staticmethod
+    def domain(stmt: str, dims: Sequence[str], extents: Sequence[int], extra: str = "") -> str:
+        return ih.box(stmt, dims, extents, extra)
+
+    def load(self, onnx_name: str, index: Sequence[str | Expr]) -> Load:
+        t = self.type(onnx_name)
+        if len(index) != t.rank:
+            raise ValueError(
+                f"{self.node.label}: load of rank-{t.rank} '{onnx_name}' with {len(index)} indices"
+            )
+        return Load(self.tensor(onnx_name), tuple(index), t.dtype)
+
+    def load_temp(self, name: str, index: Sequence[str | Expr]) -> Load:
+        return Load(name, tuple(index), self._b.tensors[name].dtype)
+
+    def broadcast_load(
+        self, onnx_name: str, out_dims: Sequence[str], out_shape: Sequence[int]
+    ) -> Load:
+        """Load with numpy (multidirectional) broadcasting onto the output's dims."""
+        t = self.type(onnx_name)
+        offset = len(out_dims) - t.rank
+        index = [
+            "0" if t.shape[a] == 1 and out_shape[offset + a] != 1 else out_dims[offset + a]
+            for a in range(t.rank)
+        ]
+        return self.load(onnx_name, index)
+
+    @staticmethod
+    def const(value: float | int | bool, dtype: str) -> Const:
+        return const(value, dtype)
+
+
+def lower_group(
+    graph: Graph,
+    nodes: Sequence[str],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    name: str = "kernel",
+) -> Kernel:
+    """One kernel computing `outputs` from `inputs` with the given nodes (in order)."""
+    builder = _Builder(graph, identifier(name))
+    statements: list[Statement] = []
+    for tensor in inputs:
+        t = graph.types[tensor]
+        kid = builder.tensor_id(tensor)
+        if tensor in graph.constants:
+            builder.tensors[kid] = Tensor(
+                kid, t.shape, t.dtype, Role.CONSTANT, graph.constants[tensor], source=tensor
+            )
+        else:
+            builder.tensors[kid] = Tensor(kid, t.shape, t.dtype, Role.INPUT, source=tensor)
+    for node_name in nodes:
+        node = graph.node_by_name[node_name]
+        fn = LOWERINGS.get(node.op_type)
+        if fn is None:
+            raise UnsupportedOpError(
+                f"{node.label} in model '{graph.name}': no polyhedral lowering yet",
+                ((node.name, node.op_type, "no lowering"),),
+            )
+        for out in node.outputs:
+            if out:
+                kid = builder.tensor_id(out)
+                role = Role.OUTPUT if out in outputs else Role.TEMP
+                t = graph.types[out]
+                builder.tensors[kid] = Tensor(kid, t.shape, t.dtype, role, source=out)
+        statements.extend(fn(LowerContext(builder, node)))
+    return Kernel(builder.name, builder.tensors, tuple(statements))

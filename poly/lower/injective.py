@@ -1,0 +1,1 @@
+"""Lowerings of family 'injective' (being written)."""

@@ -1,0 +1,1 @@
+"""Lowerings of family 'nn' (being written)."""

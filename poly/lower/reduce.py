@@ -1,0 +1,1 @@
+"""Lowerings of family 'reduce' (being written)."""

@@ -1,0 +1,174 @@
+"""Execute a kernel in its program order, point by point: the meaning of a kernel.
+
+Slow (a Python call per statement instance) and only for small shapes; it is the oracle
+that lowering, the AST interpreter and every schedule transformation are checked against.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+
+import islpy as isl
+import numpy as np
+
+from polytile.errors import InputError
+
+from .expr import COMBINERS, Binary, Cast, Const, Expr, Iter, Load, Select, Unary
+from .kernel import Kernel, Role, Statement
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "erf": lambda x: _ERF(x),
+    "tanh": np.tanh,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "not": np.logical_not,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "recip": lambda x: 1.0 / x,
+    "relu": lambda x: np.maximum(x, 0),
+}
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(np.asarray(a).dtype, np.integer):  # C semantics: truncate toward zero
+        q = np.floor_divide(a, b)
+        return q + ((np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0)))
+    return np.divide(a, b)
+
+
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": _div,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "mod": np.fmod,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+
+COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "sum": np.add,
+    "prod": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def evaluate(expr: Expr, point: Mapping[str, int], buffers: Mapping[str, np.ndarray]) -> object:
+    """The value of `expr` at one statement instance (numpy scalars, in the expr's dtype)."""
+    dtype = np.dtype(expr.dtype)
+    if isinstance(expr, Const):
+        return dtype.type(expr.value)
+    if isinstance(expr, Iter):
+        return dtype.type(point[expr.name])
+    if isinstance(expr, Load):
+        index = tuple(
+            affine(i, point) if isinstance(i, str) else int(evaluate(i, point, buffers))
+            for i in expr.index
+        )
+        return buffers[expr.tensor][index]
+    if isinstance(expr, Unary):
+        return dtype.type(UNARY[expr.op](evaluate(expr.x, point, buffers)))
+    if isinstance(expr, Binary):
+        a = evaluate(expr.a, point, buffers)
+        b = evaluate(expr.b, point, buffers)
+        return dtype.type(BINARY[expr.op](a, b))
+    if isinstance(expr, Select):
+        cond = evaluate(expr.cond, point, buffers)
+        return evaluate(expr.a, point, buffers) if cond else evaluate(expr.b, point, buffers)
+    if isinstance(expr, Cast):
+        return dtype.type(evaluate(expr.x, point, buffers))
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+_FLOOR = re.compile(r"floor\(")
+
+
+def affine(text: str, point: Mapping[str, int]) -> int:
+    """An isl affine expression (with floor(a/b) and integer division) at a point."""
+    py = _FLOOR.sub("_floor(", text)
+    return int(eval(py, {"_floor": _floor_div, "__builtins__": {}}, dict(point)))
+
+
+def _floor_div(value: float) -> int:
+    return math.floor(value)
+
+
+def allocate(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Buffers for every tensor: inputs checked and copied, constants, zeroed others."""
+    buffers = {}
+    for t in kernel.tensors.values():
+        if t.role is Role.INPUT:
+            if t.name not in inputs:
+                raise InputError(f"kernel '{kernel.name}': input '{t.name}' is missing")
+            value = np.asarray(inputs[t.name])
+            if value.shape != t.shape or value.dtype != np.dtype(t.dtype):
+                raise InputError(
+                    f"kernel '{kernel.name}': input '{t.name}' must be {t.dtype}{list(t.shape)}, "
+                    f"got {value.dtype}{list(value.shape)}"
+                )
+            buffers[t.name] = value.copy()
+        elif t.role is Role.CONSTANT:
+            buffers[t.name] = np.array(t.value, dtype=t.dtype).reshape(t.shape)
+        else:
+            buffers[t.name] = np.zeros(t.shape, dtype=t.dtype)
+    return buffers
+
+
+def execute_statement(
+    s: Statement, point: Mapping[str, int], buffers: dict[str, np.ndarray]
+) -> None:
+    index = tuple(affine(i, point) for i in s.index)
+    value = evaluate(s.expr, point, buffers)
+    out = buffers[s.tensor]
+    if s.reduction is None:
+        out[index] = value
+    else:
+        out[index] = COMBINE[s.reduction](out[index], value)
+
+
+def points(s: Statement) -> list[dict[str, int]]:
+    """The statement's domain points in lexicographic order."""
+    found: list[tuple[int, ...]] = []
+    s.domain_set().foreach_point(
+        lambda p: found.append(
+            tuple(p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(s.dims)))
+        )
+    )
+    found.sort()
+    return [dict(zip(s.dims, coords, strict=True)) for coords in found]
+
+
+def run_program_order(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """All buffers after executing every statement over its domain, in program order."""
+    buffers = allocate(kernel, inputs)
+    for s in kernel.statements:
+        for point in points(s):
+            execute_statement(s, point, buffers)
+    return buffers
+
+
+def identity(combiner: str, dtype: str) -> object:
+    value = COMBINERS[combiner]
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind in "iu" and math.isinf(value):
+        info = np.iinfo(np_dtype)
+        return info.min if value < 0 else info.max
+    return np_dtype.type(value)
