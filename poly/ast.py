@@ -1,0 +1,244 @@
+"""The loop AST of a schedule: isl's AST generator output converted to frozen dataclasses,
+with iterators renamed after the schedule's loops and marks kept as annotations.
+
+Codegen, the AST interpreter and `explain` consume this AST, never islpy objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .kernel import Kernel, Statement
+from .schedule import Schedule, parse_mark, to_isl
+
+
+@dataclass(frozen=True)
+class Int:
+    value: int
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Op:
+    """isl AST operators: add sub mul minus min max select eq le lt ge gt and or
+    and_then or_else; div (exact), fdiv_q (floor), pdiv_q / pdiv_r (non-negative
+    dividend), zdiv_r (remainder, compared with zero)."""
+
+    op: str
+    args: tuple[AstExpr, ...]
+
+
+AstExpr = Int | Var | Op
+
+
+@dataclass(frozen=True)
+class For:
+    var: str
+    init: AstExpr
+    cond: AstExpr
+    inc: AstExpr
+    body: AstNode
+    loop: str = ""
+    annotation: str = ""
+
+
+@dataclass(frozen=True)
+class If:
+    cond: AstExpr
+    then: AstNode
+    orelse: AstNode | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    items: tuple[AstNode, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One statement instance; `args` are the values of the statement's dims."""
+
+    stmt: str
+    args: tuple[AstExpr, ...]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A loop mark whose loop isl did not emit as a `for` (it runs once)."""
+
+    loop: str
+    annotation: str
+    body: AstNode
+
+
+AstNode = For | If | Block | Call | Mark
+
+_OPS = {
+    isl.ast_expr_op_type.add: "add",
+    isl.ast_expr_op_type.sub: "sub",
+    isl.ast_expr_op_type.mul: "mul",
+    isl.ast_expr_op_type.minus: "minus",
+    isl.ast_expr_op_type.min: "min",
+    isl.ast_expr_op_type.max: "max",
+    isl.ast_expr_op_type.div: "div",
+    isl.ast_expr_op_type.fdiv_q: "fdiv_q",
+    isl.ast_expr_op_type.pdiv_q: "pdiv_q",
+    isl.ast_expr_op_type.pdiv_r: "pdiv_r",
+    isl.ast_expr_op_type.zdiv_r: "zdiv_r",
+    isl.ast_expr_op_type.select: "select",
+    isl.ast_expr_op_type.cond: "select",
+    isl.ast_expr_op_type.eq: "eq",
+    isl.ast_expr_op_type.le: "le",
+    isl.ast_expr_op_type.lt: "lt",
+    isl.ast_expr_op_type.ge: "ge",
+    isl.ast_expr_op_type.gt: "gt",
+    isl.ast_expr_op_type.and_: "and",
+    isl.ast_expr_op_type.or_: "or",
+    isl.ast_expr_op_type.and_then: "and",
+    isl.ast_expr_op_type.or_else: "or",
+}
+
+
+def build_ast(schedule: Schedule) -> AstNode:
+    """isl's AST for the schedule, converted and with loop names as iterators."""
+    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    node = build.node_from_schedule(to_isl(schedule))
+    return _node(node, {})
+
+
+def _expr(e: isl.AstExpr, names: Mapping[str, str]) -> AstExpr:
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return Int(int(e.get_val().to_python()))
+    if kind == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return Var(names.get(name, name))
+    op = e.get_op_type()
+    if op not in _OPS:
+        raise NotImplementedError(f"isl AST operator {op}")
+    args = tuple(_expr(e.get_op_arg(i), names) for i in range(e.get_op_n_arg()))
+    return Op(_OPS[op], args)
+
+
+def _node(n: isl.AstNode, names: Mapping[str, str]) -> AstNode:
+    kind = n.get_type()
+    if kind == isl.ast_node_type.for_:
+        var = n.for_get_iterator().get_id().get_name()
+        return For(
+            names.get(var, var),
+            _expr(n.for_get_init(), names),
+            _expr(n.for_get_cond(), names),
+            _expr(n.for_get_inc(), names),
+            _node(n.for_get_body(), names),
+        )
+    if kind == isl.ast_node_type.if_:
+        orelse = _node(n.if_get_else_node(), names) if n.if_has_else_node() else None
+        return If(_expr(n.if_get_cond(), names), _node(n.if_get_then_node(), names), orelse)
+    if kind == isl.ast_node_type.block:
+        children = n.block_get_children()
+        return Block(tuple(_node(children.get_at(i), names) for i in range(children.n_ast_node())))
+    if kind == isl.ast_node_type.mark:
+        loop, annotation = parse_mark(n.mark_get_id().get_name())
+        inner = n.mark_get_node()
+        if inner.get_type() == isl.ast_node_type.for_:
+            var = inner.for_get_iterator().get_id().get_name()
+            scoped = {**names, var: loop}
+            body = _node(inner, scoped)
+            assert isinstance(body, For)
+            return For(body.var, body.init, body.cond, body.inc, body.body, loop, annotation)
+        return Mark(loop, annotation, _node(inner, names))
+    if kind == isl.ast_node_type.user:
+        call = n.user_get_expr()
+        stmt = call.get_op_arg(0).get_id().get_name()
+        args = tuple(_expr(call.get_op_arg(i), names) for i in range(1, call.get_op_n_arg()))
+        return Call(stmt, args)
+    raise NotImplementedError(f"isl AST node {kind}")
+
+
+# --- printing ------------------------------------------------------------------------
+
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "eq": "==",
+    "le": "<=",
+    "lt": "<",
+    "ge": ">=",
+    "gt": ">",
+    "and": "&&",
+    "or": "||",
+    "div": "/",
+    "pdiv_q": "/",
+    "pdiv_r": "%",
+    "zdiv_r": "%",
+}
+
+
+def expr_str(e: AstExpr) -> str:
+    if isinstance(e, Int):
+        return str(e.value)
+    if isinstance(e, Var):
+        return e.name
+    a = [expr_str(x) for x in e.args]
+    if e.op in _INFIX:
+        return f"({a[0]} {_INFIX[e.op]} {a[1]})"
+    if e.op == "minus":
+        return f"-{a[0]}"
+    if e.op == "fdiv_q":
+        return f"floord({a[0]}, {a[1]})"
+    if e.op == "select":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    return f"{e.op}({', '.join(a)})"
+
+
+def statement_text(stmt: Statement, args: tuple[AstExpr, ...]) -> str:
+    """The statement with its dims replaced by the AST's argument expressions."""
+    values = {d: expr_str(a) for d, a in zip(stmt.dims, args, strict=True)}
+
+    def subst(text: str) -> str:
+        return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: values.get(m.group(0), m.group(0)), text)
+
+    op = {"sum": "+=", "prod": "*=", "max": "max=", "min": "min="}.get(stmt.reduction or "", "=")
+    lhs = f"{stmt.tensor}[{', '.join(subst(i) for i in stmt.index)}]"
+    return f"{lhs} {op} {subst(str(stmt.expr))};"
+
+
+def to_c(node: AstNode, kernel: Kernel, indent: int = 0) -> str:
+    """C-like code of an AST, with statement bodies written out."""
+    pad = "  " * indent
+    if isinstance(node, For):
+        note = f"  // {node.annotation}" if node.annotation else ""
+        head = (
+            f"{pad}for (int {node.var} = {expr_str(node.init)}; {expr_str(node.cond)}; "
+            f"{node.var} += {expr_str(node.inc)}) {{{note}\n"
+        )
+        return head + to_c(node.body, kernel, indent + 1) + f"{pad}}}\n"
+    if isinstance(node, If):
+        text = f"{pad}if ({expr_str(node.cond)}) {{\n" + to_c(node.then, kernel, indent + 1)
+        if node.orelse is not None:
+            text += f"{pad}}} else {{\n" + to_c(node.orelse, kernel, indent + 1)
+        return text + f"{pad}}}\n"
+    if isinstance(node, Block):
+        return "".join(to_c(item, kernel, indent) for item in node.items)
+    if isinstance(node, Mark):
+        note = f"  // {node.annotation}" if node.annotation else ""
+        return f"{pad}// loop {node.loop} runs once{note}\n" + to_c(node.body, kernel, indent)
+    return f"{pad}{statement_text(kernel.statement[node.stmt], node.args)}\n"
+
+
+def explain(schedule: Schedule) -> str:
+    """The schedule as C-like code (the isl AST with statement bodies)."""
+    kernel = schedule.kernel
+    header = [f"// kernel {kernel.name}"]
+    for t in kernel.tensors.values():
+        header.append(f"// {t.role.value:<9} {t.dtype}{list(t.shape)} {t.name}")
+    return "\n".join(header) + "\n" + to_c(build_ast(schedule), kernel)

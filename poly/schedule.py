@@ -1,0 +1,301 @@
+"""Schedules: a tree of named loops over a kernel's statements, always convertible to an
+isl schedule tree, which decides legality and generates the AST.
+
+A `Loop` maps every statement below it to an isl piecewise affine function of that
+statement's dimensions (the loop's value for that instance); the children of a loop (or of
+the root) run in sequence. Loops carry names, so that transformations and the researcher
+API can refer to them, and an annotation (parallel / vector / unroll) that becomes an isl
+mark node. A `Schedule` is the tree plus the trace of steps that produced it from the
+kernel's initial schedule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+import islpy as isl
+
+from polytile.errors import IllegalSchedule
+
+from . import isl_helpers as ih
+from .kernel import Kernel
+
+ANNOTATIONS = ("", "parallel", "vector", "unroll")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    stmt: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    #: statement → isl PwAff text `{ S[dims] -> [(value)] }`
+    exprs: Mapping[str, str]
+    body: tuple[Node, ...]
+    annotation: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.exprs, MappingProxyType):
+            object.__setattr__(self, "exprs", MappingProxyType(dict(self.exprs)))
+        object.__setattr__(self, "body", tuple(self.body))
+        if self.annotation not in ANNOTATIONS:
+            raise ValueError(f"loop {self.name}: unknown annotation {self.annotation}")
+
+
+Node = Leaf | Loop
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transformation with its parameters: JSON-serialisable and replayable."""
+
+    kind: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "args": dict(self.args)}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Step:
+        return Step(str(data["kind"]), _freeze(data.get("args", {})))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_thaw(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kernel: Kernel
+    body: tuple[Node, ...]
+    trace: tuple[Step, ...] = ()
+
+    # --- queries --------------------------------------------------------------------
+    def loops(self) -> Iterator[tuple[Loop, tuple[Loop, ...]]]:
+        """Every loop with the loops enclosing it (outermost first)."""
+
+        def visit(nodes: tuple[Node, ...], outer: tuple[Loop, ...]) -> Iterator:
+            for node in nodes:
+                if isinstance(node, Loop):
+                    yield node, outer
+                    yield from visit(node.body, (*outer, node))
+
+        yield from visit(self.body, ())
+
+    def loop(self, name: str) -> Loop:
+        for loop, _ in self.loops():
+            if loop.name == name:
+                return loop
+        raise IllegalSchedule(f"kernel {self.kernel.name}: no loop named '{name}'")
+
+    def enclosing(self, name: str) -> tuple[Loop, ...]:
+        for loop, outer in self.loops():
+            if loop.name == name:
+                return outer
+        raise IllegalSchedule(f"kernel {self.kernel.name}: no loop named '{name}'")
+
+    def loop_names(self) -> list[str]:
+        return [loop.name for loop, _ in self.loops()]
+
+    def loops_of(self, stmt: str) -> list[Loop]:
+        """The loops around a statement, outermost first."""
+
+        def visit(nodes: tuple[Node, ...], outer: list[Loop]) -> list[Loop] | None:
+            for node in nodes:
+                if isinstance(node, Leaf) and node.stmt == stmt:
+                    return outer
+                if isinstance(node, Loop):
+                    found = visit(node.body, [*outer, node])
+                    if found is not None:
+                        return found
+            return None
+
+        found = visit(self.body, [])
+        if found is None:
+            raise IllegalSchedule(f"kernel {self.kernel.name}: no statement '{stmt}'")
+        return found
+
+    # --- trace ----------------------------------------------------------------------
+    def trace_json(self) -> list[dict[str, Any]]:
+        return [{"kind": s.kind, "args": _thaw(s.args)} for s in self.trace]
+
+    def trace_hash(self) -> str:
+        blob = json.dumps(
+            {"workload": self.kernel.workload_key(), "trace": self.trace_json()},
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_step(self, body: tuple[Node, ...], step: Step) -> Schedule:
+        return replace(self, body=tuple(body), trace=(*self.trace, step))
+
+
+def statements_below(node: Node) -> list[str]:
+    if isinstance(node, Leaf):
+        return [node.stmt]
+    return [s for child in node.body for s in statements_below(child)]
+
+
+def identity_expr(stmt: str, dims: tuple[str, ...], dim: str) -> str:
+    return f"{{ {stmt}[{', '.join(dims)}] -> [({dim})] }}"
+
+
+def initial_schedule(kernel: Kernel) -> Schedule:
+    """Each statement in its own loop nest over its dimensions, in program order.
+
+    A reduction's init gets its own nest too, so the reduction's nest is perfectly nested
+    and can be split and reordered; `decompose_reduction` later places the init inside
+    it (TVM's order of steps)."""
+    taken: set[str] = set()
+    names: dict[tuple[str, str], str] = {}
+    # main statements take the plain dim names; init nests are suffixed `_init`
+    for s in sorted(kernel.statements, key=lambda s: s.init_of is not None):
+        for dim in s.dims:
+            names[s.name, dim] = ih_unique(f"{dim}_init" if s.init_of else dim, taken)
+    body: list[Node] = []
+    for s in kernel.statements:
+        nest: Node = Leaf(s.name)
+        for dim in reversed(s.dims):
+            expr = {s.name: identity_expr(s.name, s.dims, dim)}
+            nest = Loop(names[s.name, dim], expr, (nest,))
+        body.append(nest)
+    return Schedule(kernel, tuple(body))
+
+
+def ih_unique(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        name = f"{base}_{n}"
+        n += 1
+    taken.add(name)
+    return name
+
+
+# --- conversion to isl -----------------------------------------------------------------
+
+
+def mark_id(loop: Loop) -> str:
+    return f"{loop.name}:{loop.annotation or 'serial'}"
+
+
+def parse_mark(text: str) -> tuple[str, str]:
+    name, _, annotation = text.rpartition(":")
+    return name, "" if annotation == "serial" else annotation
+
+
+def to_isl(schedule: Schedule) -> isl.Schedule:
+    """The isl schedule tree: sequences with filters, one-member bands, marks with names."""
+    kernel = schedule.kernel
+    root = isl.Schedule.from_domain(kernel.domain()).get_root().child(0)
+    node = _insert(root, schedule.body, kernel)
+    return node.get_schedule()
+
+
+def _filter(kernel: Kernel, stmts: list[str]) -> isl.UnionSet:
+    return ih.union_set([kernel.statement[s].domain_set() for s in stmts])
+
+
+def _insert(node: isl.ScheduleNode, nodes: tuple[Node, ...], kernel: Kernel) -> isl.ScheduleNode:
+    """Insert `nodes` (a sequence) at the leaf `node`; return a node of the same tree."""
+    if len(nodes) > 1:
+        filters = isl.UnionSetList.alloc(ih.CTX, len(nodes))
+        for child in nodes:
+            filters = filters.add(_filter(kernel, statements_below(child)))
+        node = node.insert_sequence(filters)
+        for index, child in enumerate(nodes):
+            node = _insert(node.child(index).child(0), (child,), kernel)
+            node = node.parent().parent()
+        return node
+    if not nodes:
+        return node
+    only = nodes[0]
+    if isinstance(only, Leaf):
+        return node
+    parts = [isl.UnionPwAff(text) for text in only.exprs.values()]
+    upa = parts[0]
+    for part in parts[1:]:
+        upa = upa.union_add(part)
+    mupa = isl.MultiUnionPwAff.from_union_pw_aff(upa)
+    band = node.insert_partial_schedule(mupa)
+    mark = band.insert_mark(isl.Id(mark_id(only), context=ih.CTX))
+    inner = _insert(mark.child(0).child(0), only.body, kernel)
+    return inner.parent().parent()
+
+
+# --- legality ------------------------------------------------------------------------
+
+
+def schedule_map(schedule: Schedule) -> isl.UnionMap:
+    return to_isl(schedule).get_map()
+
+
+def check_order(schedule: Schedule, step: str) -> None:
+    """Every dependence source still runs before its sink; else IllegalSchedule."""
+    sched = schedule_map(schedule)
+    before = sched.lex_lt_union_map(sched)
+    violated = schedule.kernel.dependences.ordering().subtract(before)
+    if not violated.is_empty():
+        raise IllegalSchedule(
+            f"kernel {schedule.kernel.name}: step {step} reverses the dependence "
+            f"{_sample(violated)}"
+        )
+
+
+def carried(schedule: Schedule, name: str, include_reductions: bool = True) -> isl.UnionMap:
+    """Dependences carried by loop `name`: same values of the enclosing loops, different
+    values of this one."""
+    loop = schedule.loop(name)
+    outer = schedule.enclosing(name)
+    deps = schedule.kernel.dependences
+    relation = deps.ordering()
+    if include_reductions:
+        relation = relation.union(deps.reduction)
+    inside = _outer_map(schedule, (*outer, loop), loop)
+    relation = relation.intersect_domain(inside.domain()).intersect_range(inside.domain())
+    if outer:
+        prefix = _outer_map(schedule, outer, loop)
+        relation = relation.intersect(prefix.apply_range(prefix.reverse()))
+    same = inside.apply_range(inside.reverse())
+    return relation.subtract(same)
+
+
+def _outer_map(schedule: Schedule, outer: tuple[Loop, ...], loop: Loop) -> isl.UnionMap:
+    """Instances of the statements under `loop` → the values of the loops `outer`."""
+    stmts = statements_below(loop)
+    maps = []
+    for stmt in stmts:
+        affs = [isl.PwAff(o.exprs[stmt]) for o in outer]
+        mpa = isl.PwMultiAff.from_pw_aff(affs[0])
+        for aff in affs[1:]:
+            mpa = mpa.flat_range_product(isl.PwMultiAff.from_pw_aff(aff))
+        maps.append(
+            isl.Map.from_pw_multi_aff(mpa).intersect_domain(
+                schedule.kernel.statement[stmt].domain_set()
+            )
+        )
+    return ih.union_map(maps)
+
+
+def _sample(relation: isl.UnionMap) -> str:
+    found: list[str] = []
+    relation.foreach_map(lambda m: found.append(str(m.sample())) if not found else None)
+    return found[0] if found else str(relation)

@@ -1,0 +1,441 @@
+"""Schedule transformations: pure functions `Schedule -> Schedule` that append their step
+to the trace. Each checks legality against the kernel's dependences and raises
+`IllegalSchedule` naming the step and the dependence it would break.
+
+Steps: split, tile, reorder, fuse, compute_at, reverse_compute_at, decompose_reduction,
+parallel, vectorize, unroll. `replay` re-applies a trace to a kernel's initial schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import islpy as isl
+
+from polytile.errors import IllegalSchedule
+
+from . import isl_helpers as ih
+from .kernel import Kernel
+from .schedule import (
+    Leaf,
+    Loop,
+    Node,
+    Schedule,
+    Step,
+    _outer_map,
+    carried,
+    check_order,
+    ih_unique,
+    initial_schedule,
+    statements_below,
+)
+
+# --- tree surgery ------------------------------------------------------------------------
+
+
+def _map_tree(
+    nodes: tuple[Node, ...], fn: Callable[[Loop], Node | tuple[Node, ...]]
+) -> tuple[Node, ...]:
+    """Rebuild the tree bottom-up; `fn` may replace a loop by a node or several nodes."""
+    out: list[Node] = []
+    for node in nodes:
+        if isinstance(node, Leaf):
+            out.append(node)
+            continue
+        node = replace(node, body=_map_tree(node.body, fn))
+        result = fn(node)
+        out.extend(result if isinstance(result, tuple) else (result,))
+    return tuple(out)
+
+
+def _taken(schedule: Schedule) -> set[str]:
+    return set(schedule.loop_names())
+
+
+def _pw(text: str) -> isl.PwAff:
+    return isl.PwAff(text, context=ih.CTX)
+
+
+def _val(n: int) -> isl.Val:
+    return isl.Val.int_from_si(ih.CTX, n)
+
+
+def loop_bounds(schedule: Schedule, name: str) -> tuple[int, int]:
+    """The smallest and largest value the loop takes over all its statements."""
+    loop = schedule.loop(name)
+    lo, hi = math.inf, -math.inf
+    for stmt, text in loop.exprs.items():
+        domain = schedule.kernel.statement[stmt].domain_set()
+        values = isl.Map.from_pw_aff(_pw(text)).intersect_domain(domain).range()
+        if values.is_empty():
+            continue
+        lo = min(
+            lo, values.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+        )
+        hi = max(
+            hi, values.lexmax().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+        )
+    if lo is math.inf:
+        return 0, -1
+    return int(lo), int(hi)
+
+
+def loop_extent(schedule: Schedule, name: str) -> int:
+    lo, hi = loop_bounds(schedule, name)
+    return hi - lo + 1
+
+
+# --- split / tile / reorder / fuse -----------------------------------------------------
+
+
+def split(schedule: Schedule, loop: str, factors: Sequence[int | None]) -> Schedule:
+    """Split a loop into len(factors) nested loops; one factor may be None (inferred).
+    Names are `<loop>0`, `<loop>1`, ... (outermost first, made unique)."""
+    return split_named(schedule, loop, factors)[0]
+
+
+def split_named(
+    schedule: Schedule, loop: str, factors: Sequence[int | None]
+) -> tuple[Schedule, list[str]]:
+    """`split`, also returning the new loops' names."""
+    target = schedule.loop(loop)
+    if len(factors) < 2 or sum(f is None for f in factors) > 1:
+        raise IllegalSchedule(f"split of {loop}: give two or more factors, at most one None")
+    if any(f is not None and f < 1 for f in factors):
+        raise IllegalSchedule(f"split of {loop}: factors must be positive, got {list(factors)}")
+    lo, hi = loop_bounds(schedule, loop)
+    if lo != 0:
+        raise IllegalSchedule(f"split of {loop}: the loop must start at 0 (starts at {lo})")
+    extent = hi - lo + 1
+    known = math.prod(f for f in factors if f is not None)
+    sizes = [f if f is not None else max(1, -(-extent // known)) for f in factors]
+    taken = _taken(schedule)
+    names = [ih_unique(f"{loop}{i}", taken) for i in range(len(sizes))]
+    strides = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
+    loops_exprs: list[dict[str, str]] = [{} for _ in sizes]
+    for stmt, text in target.exprs.items():
+        value = _pw(text)
+        for level, stride in enumerate(strides):
+            part = value.scale_down_val(_val(stride)).floor() if stride > 1 else value
+            if level > 0:
+                part = part.mod_val(_val(sizes[level]))
+            loops_exprs[level][stmt] = str(part)
+
+    def rebuild(node: Loop) -> Node:
+        if node.name != loop:
+            return node
+        inner: tuple[Node, ...] = node.body
+        for level in reversed(range(len(sizes))):
+            annotation = node.annotation if level == len(sizes) - 1 else ""
+            inner = (Loop(names[level], loops_exprs[level], inner, annotation),)
+        return inner[0]
+
+    body = _map_tree(schedule.body, rebuild)
+    step = Step("split", {"loop": loop, "factors": tuple(factors)})
+    return schedule.with_step(body, step), names
+
+
+def _chain(schedule: Schedule, names: Sequence[str], step: str) -> list[Loop]:
+    """The perfectly nested path of loops from the outermost to the innermost of `names`."""
+    if len(set(names)) != len(names):
+        raise IllegalSchedule(f"{step}: loops {list(names)} are not distinct")
+    depth = {n: len(schedule.enclosing(n)) for n in names}
+    top = min(names, key=depth.__getitem__)
+    path = [schedule.loop(top)]
+    wanted = set(names) - {top}
+    while wanted:
+        current = path[-1]
+        inner = [c for c in current.body if isinstance(c, Loop)]
+        if len(current.body) != 1 or len(inner) != 1:
+            raise IllegalSchedule(
+                f"{step}: loops {list(names)} are not perfectly nested (loop {current.name} "
+                f"holds {len(current.body)} children)"
+            )
+        path.append(inner[0])
+        wanted.discard(inner[0].name)
+    return path
+
+
+def reorder(schedule: Schedule, *order: str) -> Schedule:
+    """Permute loops of one perfectly nested chain into the given order."""
+    step = f"reorder{tuple(order)}"
+    path = _chain(schedule, order, step)
+    positions = [i for i, loop in enumerate(path) if loop.name in order]
+    by_name = {loop.name: loop for loop in path}
+    new_at = dict(zip(positions, (by_name[n] for n in order), strict=True))
+    new_path = [new_at.get(i, loop) for i, loop in enumerate(path)]
+    leaf_body = path[-1].body
+    inner: tuple[Node, ...] = leaf_body
+    for loop in reversed(new_path):
+        inner = (Loop(loop.name, loop.exprs, inner, loop.annotation),)
+    top = path[0].name
+
+    body = _replace_top(schedule.body, top, inner[0])
+    result = schedule.with_step(body, Step("reorder", {"order": tuple(order)}))
+    check_order(result, step)
+    return _check_marks(result, step)
+
+
+def _replace_top(nodes: tuple[Node, ...], name: str, new: Node) -> tuple[Node, ...]:
+    out: list[Node] = []
+    for node in nodes:
+        if isinstance(node, Loop):
+            node = (
+                new if node.name == name else replace(node, body=_replace_top(node.body, name, new))
+            )
+        out.append(node)
+    return tuple(out)
+
+
+def tile(schedule: Schedule, loops: Sequence[str], sizes: Sequence[int]) -> Schedule:
+    """Split each loop by its size, then move all outer parts outside all inner parts."""
+    if len(loops) != len(sizes):
+        raise IllegalSchedule(f"tile: {len(loops)} loops but {len(sizes)} sizes")
+    outer, inner = [], []
+    for loop, size in zip(loops, sizes, strict=True):
+        schedule, (o, i) = split_named(schedule, loop, (None, size))
+        outer.append(o)
+        inner.append(i)
+    return reorder(schedule, *outer, *inner)
+
+
+def fuse(schedule: Schedule, *names: str) -> Schedule:
+    """Fuse perfectly nested consecutive loops into one (for a parallel outer band)."""
+    step = f"fuse{tuple(names)}"
+    path = _chain(schedule, names, step)
+    if [loop.name for loop in path] != list(names):
+        raise IllegalSchedule(f"{step}: loops must be consecutive, outermost first")
+    extents = [loop_extent(schedule, n) for n in names]
+    for n in names:
+        if loop_bounds(schedule, n)[0] != 0:
+            raise IllegalSchedule(f"{step}: loop {n} does not start at 0")
+    stmts = statements_below(path[0])
+    exprs = {}
+    for stmt in stmts:
+        value = _pw(path[0].exprs[stmt])
+        for loop, extent in zip(path[1:], extents[1:], strict=True):
+            value = value.scale_val(_val(extent)).add(_pw(loop.exprs[stmt]))
+        exprs[stmt] = str(value)
+    name = ih_unique("_".join(names) + "_f", _taken(schedule))
+    fused = Loop(name, exprs, path[-1].body, "")
+    body = _replace_top(schedule.body, path[0].name, fused)
+    result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
+    check_order(result, step)
+    return result
+
+
+# --- moving statements -----------------------------------------------------------------
+
+
+def _detach(schedule: Schedule, stmt: str) -> tuple[tuple[Node, ...], Node]:
+    """Remove the statement with the loops that hold only it; return (tree, its nest)."""
+    nest: list[Node] = []
+
+    def strip(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+        out: list[Node] = []
+        for node in nodes:
+            if statements_below(node) == [stmt]:
+                nest.append(node)
+                continue
+            if isinstance(node, Loop):
+                node = replace(node, body=strip(node.body))
+                if not node.body:
+                    continue
+            out.append(node)
+        return tuple(out)
+
+    body = strip(schedule.body)
+    if not nest:
+        raise IllegalSchedule(f"kernel {schedule.kernel.name}: no statement '{stmt}'")
+    return body, nest[0]
+
+
+def _anchor_exprs(schedule: Schedule, stmt: str, path: tuple[Loop, ...], after: bool) -> list[str]:
+    """The values of the loops `path` for each instance of `stmt`: the last (after=True)
+    or first iteration among the instances under path[-1] it depends on / feeds."""
+    deps = schedule.kernel.dependences.ordering()
+    others = _outer_map(schedule, path, path[-1])
+    domain = schedule.kernel.statement[stmt].domain_set()
+    stmt_space = isl.UnionSet.from_set(domain)
+    # stmt → the instances it reads from (after) or feeds (before)
+    rel = deps.intersect_range(stmt_space).reverse() if after else deps.intersect_domain(stmt_space)
+    values = rel.apply_range(others)
+    values = values.lexmax() if after else values.lexmin()
+    if values.is_empty():
+        raise IllegalSchedule(
+            f"compute_at of {stmt} at {path[-1].name}: {stmt} exchanges no data with the "
+            f"statements under that loop"
+        )
+    found: list[isl.Map] = []
+    values.foreach_map(found.append)
+    relation = found[0]
+    covered = relation.domain()
+    if not domain.is_subset(covered):
+        raise IllegalSchedule(
+            f"compute_at of {stmt} at {path[-1].name}: instances {domain.subtract(covered)} "
+            f"exchange no data with the statements under that loop"
+        )
+    pma = relation.lexmax_pw_multi_aff() if after else relation.lexmin_pw_multi_aff()
+    return [str(pma.get_pw_aff(i)) for i in range(len(path))]
+
+
+def _place(
+    schedule: Schedule, stmt: str, loop: str, after: bool, position: str | None, kind: str
+) -> Schedule:
+    step = f"{kind}({stmt}, {loop})"
+    target = schedule.loop(loop)
+    if stmt in statements_below(target):
+        raise IllegalSchedule(f"{step}: {stmt} is already under {loop}")
+    path = (*schedule.enclosing(loop), target)
+    exprs = _anchor_exprs(schedule, stmt, path, after)
+    body, nest = _detach(schedule, stmt)
+    on_path = {p.name: e for p, e in zip(path, exprs, strict=True)}
+
+    def rebuild(node: Loop) -> Node:
+        if node.name not in on_path:
+            return node
+        node = replace(node, exprs={**node.exprs, stmt: on_path[node.name]})
+        if node.name != loop:
+            return node
+        children = list(node.body)
+        if position is not None:
+            index = next(
+                (i for i, c in enumerate(children) if isinstance(c, Loop) and c.name == position),
+                None,
+            )
+            if index is None:
+                raise IllegalSchedule(f"{step}: {position} is not directly under {loop}")
+            children.insert(index, nest)
+        elif after:
+            children.append(nest)
+        else:
+            children.insert(0, nest)
+        return replace(node, body=tuple(children))
+
+    new_body = _map_tree(body, rebuild)
+    args: dict[str, Any] = {"stmt": stmt, "loop": loop}
+    if position is not None:
+        args["before"] = position
+    result = schedule.with_step(new_body, Step(kind, args))
+    check_order(result, step)
+    return _check_marks(result, step)
+
+
+def compute_at(schedule: Schedule, stmt: str, loop: str) -> Schedule:
+    """Move a producer under `loop`, computing each instance in the first iteration that
+    needs it (before the loop's other statements)."""
+    return _place(schedule, stmt, loop, after=False, position=None, kind="compute_at")
+
+
+def reverse_compute_at(schedule: Schedule, stmt: str, loop: str) -> Schedule:
+    """Move a consumer under `loop`, computing each instance in the last iteration that
+    produces its inputs (after the loop's other statements)."""
+    return _place(schedule, stmt, loop, after=True, position=None, kind="reverse_compute_at")
+
+
+def decompose_reduction(schedule: Schedule, stmt: str, loop: str) -> Schedule:
+    """Place the init of reduction `stmt` right before `loop`, inside the loops around it."""
+    kernel = schedule.kernel
+    inits = [s.name for s in kernel.statements if s.init_of == stmt]
+    if not inits:
+        raise IllegalSchedule(f"decompose_reduction: {stmt} has no init statement")
+    enclosing = schedule.enclosing(loop)
+    if not enclosing:
+        body, nest = _detach(schedule, inits[0])
+        index = next(i for i, n in enumerate(body) if isinstance(n, Loop) and n.name == loop)
+        new = (*body[:index], nest, *body[index:])
+        result = schedule.with_step(new, Step("decompose_reduction", {"stmt": stmt, "loop": loop}))
+        check_order(result, f"decompose_reduction({stmt}, {loop})")
+        return result
+    placed = _place(
+        schedule,
+        inits[0],
+        enclosing[-1].name,
+        after=False,
+        position=loop,
+        kind="decompose_reduction",
+    )
+    trace = (*schedule.trace, Step("decompose_reduction", {"stmt": stmt, "loop": loop}))
+    return replace(placed, trace=trace)
+
+
+# --- annotations -----------------------------------------------------------------------
+
+
+def _annotate(schedule: Schedule, loop: str, annotation: str) -> Schedule:
+    def rebuild(node: Loop) -> Node:
+        return replace(node, annotation=annotation) if node.name == loop else node
+
+    body = _map_tree(schedule.body, rebuild)
+    kind = {"parallel": "parallel", "vector": "vectorize", "unroll": "unroll"}[annotation]
+    return schedule.with_step(body, Step(kind, {"loop": loop}))
+
+
+def _no_carried(schedule: Schedule, loop: str, step: str) -> None:
+    deps = carried(schedule, loop, include_reductions=True)
+    if not deps.is_empty():
+        from .schedule import _sample
+
+        raise IllegalSchedule(f"{step}: loop {loop} carries the dependence {_sample(deps)}")
+
+
+def parallel(schedule: Schedule, loop: str) -> Schedule:
+    """Run the loop's iterations on several threads: it must carry no dependence."""
+    schedule.loop(loop)
+    _no_carried(schedule, loop, f"parallel({loop})")
+    return _annotate(schedule, loop, "parallel")
+
+
+def vectorize(schedule: Schedule, loop: str) -> Schedule:
+    """SIMD over an innermost loop that carries no dependence."""
+    target = schedule.loop(loop)
+    if any(isinstance(c, Loop) for c in target.body):
+        raise IllegalSchedule(f"vectorize({loop}): only an innermost loop can be vectorized")
+    _no_carried(schedule, loop, f"vectorize({loop})")
+    return _annotate(schedule, loop, "vector")
+
+
+def unroll(schedule: Schedule, loop: str) -> Schedule:
+    schedule.loop(loop)
+    return _annotate(schedule, loop, "unroll")
+
+
+def _check_marks(schedule: Schedule, step: str) -> Schedule:
+    """After a loop moved, its parallel / vector marks must still be legal."""
+    for loop, _ in schedule.loops():
+        if loop.annotation in ("parallel", "vector"):
+            _no_carried(schedule, loop.name, f"{step} (keeping {loop.annotation} on {loop.name})")
+    return schedule
+
+
+# --- traces ------------------------------------------------------------------------------
+
+STEPS: Mapping[str, Callable[..., Schedule]] = {
+    "split": lambda s, a: split(s, a["loop"], list(a["factors"])),
+    "tile": lambda s, a: tile(s, list(a["loops"]), list(a["sizes"])),
+    "reorder": lambda s, a: reorder(s, *a["order"]),
+    "fuse": lambda s, a: fuse(s, *a["loops"]),
+    "compute_at": lambda s, a: compute_at(s, a["stmt"], a["loop"]),
+    "reverse_compute_at": lambda s, a: reverse_compute_at(s, a["stmt"], a["loop"]),
+    "decompose_reduction": lambda s, a: decompose_reduction(s, a["stmt"], a["loop"]),
+    "parallel": lambda s, a: parallel(s, a["loop"]),
+    "vectorize": lambda s, a: vectorize(s, a["loop"]),
+    "unroll": lambda s, a: unroll(s, a["loop"]),
+}
+
+
+def apply_step(schedule: Schedule, step: Step) -> Schedule:
+    if step.kind not in STEPS:
+        raise IllegalSchedule(f"unknown step kind '{step.kind}'")
+    return STEPS[step.kind](schedule, step.args)
+
+
+def replay(kernel: Kernel, trace: Sequence[Step | Mapping[str, Any]]) -> Schedule:
+    """The schedule a trace produces from the kernel's initial schedule."""
+    schedule = initial_schedule(kernel)
+    for step in trace:
+        schedule = apply_step(schedule, step if isinstance(step, Step) else Step.from_json(step))
+    return schedule
