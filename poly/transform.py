@@ -204,6 +204,11 @@ def tile(schedule: Schedule, loops: Sequence[str], sizes: Sequence[int]) -> Sche
 
 def fuse(schedule: Schedule, *names: str) -> Schedule:
     """Fuse perfectly nested consecutive loops into one (for a parallel outer band)."""
+    return fuse_named(schedule, *names)[0]
+
+
+def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
+    """`fuse`, also returning the fused loop's name."""
     step = f"fuse{tuple(names)}"
     path = _chain(schedule, names, step)
     if [loop.name for loop in path] != list(names):
@@ -224,7 +229,7 @@ def fuse(schedule: Schedule, *names: str) -> Schedule:
     body = _replace_top(schedule.body, path[0].name, fused)
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
     check_order(result, step)
-    return result
+    return _check_marks(result, step), name
 
 
 # --- moving statements -----------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""A TensorIR-like handle over the schedule transformations, for researchers.
+
+    sch = ScheduleHandle(kernel)
+    i, j, k = sch.get_loops("Y")
+    j0, j1 = sch.split(j, [None, 4])
+    sch.reorder(j0, k, j1)
+    sch.reverse_compute_at("C", j0)
+    sch.decompose_reduction("Y", k)
+    sch.vectorize(j1); sch.parallel(i)
+    print(sch.show())
+
+The handle is a thin mutable cursor over immutable `Schedule` values: each call applies
+one pure transformation (which records its step in the trace) and keeps the result; an
+illegal request raises `IllegalSchedule` at the call that makes it and leaves the handle
+unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import transform as T
+from .ast import explain
+from .kernel import Kernel
+from .schedule import Schedule, Step, initial_schedule
+
+
+class ScheduleHandle:
+    def __init__(self, kernel_or_schedule: Kernel | Schedule) -> None:
+        if isinstance(kernel_or_schedule, Kernel):
+            kernel_or_schedule = initial_schedule(kernel_or_schedule)
+        self.schedule: Schedule = kernel_or_schedule
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.schedule.kernel
+
+    @property
+    def trace(self) -> list[dict[str, Any]]:
+        return self.schedule.trace_json()
+
+    def get_loops(self, stmt: str) -> list[str]:
+        """The loops around a statement, outermost first."""
+        return [loop.name for loop in self.schedule.loops_of(stmt)]
+
+    def split(self, loop: str, factors: Sequence[int | None]) -> list[str]:
+        self.schedule, names = T.split_named(self.schedule, loop, factors)
+        return names
+
+    def tile(self, loops: Sequence[str], sizes: Sequence[int]) -> None:
+        self.schedule = T.tile(self.schedule, loops, sizes)
+
+    def reorder(self, *loops: str) -> None:
+        self.schedule = T.reorder(self.schedule, *loops)
+
+    def fuse(self, *loops: str) -> str:
+        self.schedule, name = T.fuse_named(self.schedule, *loops)
+        return name
+
+    def compute_at(self, stmt: str, loop: str) -> None:
+        self.schedule = T.compute_at(self.schedule, stmt, loop)
+
+    def reverse_compute_at(self, stmt: str, loop: str) -> None:
+        self.schedule = T.reverse_compute_at(self.schedule, stmt, loop)
+
+    def decompose_reduction(self, stmt: str, loop: str) -> None:
+        self.schedule = T.decompose_reduction(self.schedule, stmt, loop)
+
+    def parallel(self, loop: str) -> None:
+        self.schedule = T.parallel(self.schedule, loop)
+
+    def vectorize(self, loop: str) -> None:
+        self.schedule = T.vectorize(self.schedule, loop)
+
+    def unroll(self, loop: str) -> None:
+        self.schedule = T.unroll(self.schedule, loop)
+
+    def apply(self, step: Step | dict[str, Any]) -> None:
+        """Apply one serialized step (as found in a trace)."""
+        self.schedule = T.apply_step(
+            self.schedule, step if isinstance(step, Step) else Step.from_json(step)
+        )
+
+    def show(self) -> str:
+        """The current schedule as C-like code."""
+        return explain(self.schedule)
+
+    def __repr__(self) -> str:
+        return f"ScheduleHandle({self.kernel.name}, {len(self.schedule.trace)} steps)"

@@ -1,0 +1,201 @@
+"""The default schedule of a kernel, without search: what `compile` uses when no tuning
+record applies.
+
+For the main statement (the largest reduction: conv, matmul, pooling, norms) it builds a
+register-blocked tile in the CPU style: the innermost output dimension split by the vector
+width and vectorized, a second output dimension that the vectorized operand does not
+depend on blocked by 4 and unrolled (so one loaded vector is reused by 4 accumulators),
+the reduction loops between the tile loops and the register block, the init placed just
+before the reduction loops, every epilogue statement computed inside the output tile, and
+the outer loops fused into one parallel loop. Other statements get a parallel outer loop
+and a vectorized inner loop. Every step is checked; an illegal one is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from polytile.errors import IllegalSchedule
+
+from . import transform as T
+from .expr import loads
+from .kernel import Kernel, Statement
+from .schedule import Loop, Schedule, initial_schedule, statements_below
+
+
+@dataclass(frozen=True)
+class DefaultConfig:
+    vector_width: int = 8  # float32 lanes of a 256-bit vector
+    register_block: int = 4
+    threads: int = 2
+    min_parallel_extent: int = 2
+
+
+def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
+    try:
+        return fn(schedule)
+    except IllegalSchedule:
+        return schedule
+
+
+def _mentions(text: str, dim: str) -> bool:
+    return re.search(rf"\b{re.escape(dim)}\b", text) is not None
+
+
+def _depends(load_index: tuple, dim: str) -> bool:
+    return any(_mentions(str(i), dim) for i in load_index)
+
+
+def main_statement(kernel: Kernel) -> Statement:
+    """The statement doing the most work: the largest reduction, else the last one."""
+    from . import isl_helpers as ih
+
+    reductions = [s for s in kernel.statements if s.reduction]
+    if reductions:
+        return max(reductions, key=lambda s: ih.card(s.domain_set()))
+    return kernel.statements[-1]
+
+
+def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Schedule:
+    config = config or DefaultConfig()
+    schedule = initial_schedule(kernel)
+    main = main_statement(kernel)
+    if main.reduction:
+        schedule = _schedule_reduction(schedule, main, config)
+    done = set(statements_below(_top_nest(schedule, main.name)))
+    for nest in schedule.body:
+        stmts = statements_below(nest)
+        if isinstance(nest, Loop) and not set(stmts) & done:
+            schedule = _schedule_simple(schedule, nest.name, config)
+    return schedule
+
+
+def _top_nest(schedule: Schedule, stmt: str) -> Loop:
+    for node in schedule.body:
+        if stmt in statements_below(node):
+            assert isinstance(node, Loop)
+            return node
+    raise IllegalSchedule(f"no nest holds {stmt}")
+
+
+def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConfig) -> Schedule:
+    names = [loop.name for loop in schedule.loops_of(main.name)]
+    dim_of = dict(zip(names, main.dims, strict=True))
+    spatial = [n for n in names if dim_of[n] not in main.reduction_dims]
+    reduce = [n for n in names if dim_of[n] in main.reduction_dims]
+    if not spatial:
+        return _schedule_simple(schedule, names[0], config)
+    vec = spatial[-1]
+    vec_dim = dim_of[vec]
+    vec_loads = [ld for ld in loads(main.expr) if _depends(ld.index, vec_dim)]
+    block = None
+    for name in reversed(spatial[:-1]):
+        if all(not _depends(ld.index, dim_of[name]) for ld in vec_loads):
+            block = name
+            break
+    width = config.vector_width
+    outer, inner = list(spatial), []
+    if T.loop_extent(schedule, vec) >= 2 * width:
+        try:
+            schedule, (v0, v1) = T.split_named(schedule, vec, (None, width))
+            outer[outer.index(vec)] = v0
+            inner.append(v1)
+        except IllegalSchedule:
+            pass
+    if block is not None and T.loop_extent(schedule, block) >= 2 * config.register_block:
+        try:
+            schedule, (b0, b1) = T.split_named(schedule, block, (None, config.register_block))
+            outer[outer.index(block)] = b0
+            inner.insert(0, b1)
+        except IllegalSchedule:
+            pass
+    order = [*outer, *reduce, *inner]
+    if order != [loop.name for loop in schedule.loops_of(main.name)]:
+        schedule = _try(schedule, lambda s: T.reorder(s, *order))
+    current = [loop.name for loop in schedule.loops_of(main.name)]
+    first_reduce = next((n for n in current if n in reduce), None)
+    if first_reduce is not None:
+        schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
+    tile_loop = [n for n in current if n not in reduce and n not in inner][-1]
+    for stmt in _epilogue(schedule.kernel, main):
+        schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
+    innermost = current[-1]
+    if innermost in inner and innermost.startswith(vec):
+        schedule = _try(schedule, lambda s: T.vectorize(s, innermost))
+    if len(inner) == 2:
+        schedule = _try(schedule, lambda s: T.unroll(s, inner[0]))
+    for stmt in _epilogue(schedule.kernel, main):
+        schedule = _vectorize_innermost(schedule, stmt, config)
+    init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
+    if init is not None:
+        schedule = _vectorize_innermost(schedule, init, config)
+    return _parallelize_outer(schedule, main.name, config)
+
+
+def _epilogue(kernel: Kernel, main: Statement) -> list[str]:
+    """Statements after the main one that read its result (directly or through others)."""
+    produced = {main.tensor}
+    found = []
+    after = False
+    for s in kernel.statements:
+        if s.name == main.name:
+            after = True
+            continue
+        if after and s.init_of is None and any(ld.tensor in produced for ld in loads(s.expr)):
+            found.append(s.name)
+            produced.add(s.tensor)
+    return found
+
+
+def _vectorize_innermost(schedule: Schedule, stmt: str, config: DefaultConfig) -> Schedule:
+    loops = schedule.loops_of(stmt)
+    own = [lp for lp in loops if statements_below(lp) == [stmt]]
+    if not own:
+        return schedule
+    last = own[-1].name
+    extent = T.loop_extent(schedule, last)
+    if extent > config.vector_width and extent % config.vector_width == 0:
+        try:
+            schedule, (_, v1) = T.split_named(schedule, last, (None, config.vector_width))
+            return _try(schedule, lambda s: T.vectorize(s, v1))
+        except IllegalSchedule:
+            return schedule
+    if 2 <= extent <= 4 * config.vector_width:
+        return _try(schedule, lambda s: T.vectorize(s, last))
+    return schedule
+
+
+def _parallelize_outer(schedule: Schedule, stmt: str, config: DefaultConfig) -> Schedule:
+    """Parallelize the outermost loop, fused with the next ones while it is too short."""
+    loops = schedule.loops_of(stmt)
+    if not loops:
+        return schedule
+    chain = [loops[0].name]
+    extent = T.loop_extent(schedule, chain[0])
+    for loop in loops[1:]:
+        if extent >= config.threads * 4:
+            break
+        parent = schedule.loop(chain[-1])
+        if len(parent.body) != 1 or loop.annotation:
+            break
+        chain.append(loop.name)
+        extent *= T.loop_extent(schedule, loop.name)
+    if len(chain) > 1:
+        try:
+            schedule, fused = T.fuse_named(schedule, *chain)
+            chain = [fused]
+        except IllegalSchedule:
+            chain = chain[:1]
+    if T.loop_extent(schedule, chain[0]) >= config.min_parallel_extent:
+        schedule = _try(schedule, lambda s: T.parallel(s, chain[0]))
+    return schedule
+
+
+def _schedule_simple(schedule: Schedule, nest: str, config: DefaultConfig) -> Schedule:
+    """A nest without a reduction to block: parallel outside, vector inside."""
+    stmts = statements_below(schedule.loop(nest))
+    for stmt in stmts:
+        schedule = _vectorize_innermost(schedule, stmt, config)
+    return _parallelize_outer(schedule, stmts[0], config)

@@ -1,0 +1,163 @@
+"""Schedule transformations: each is executed (AST interpreter) and compared with the
+untransformed kernel (program-order executor) and numpy; illegal requests raise
+IllegalSchedule naming the step and the dependence; traces replay identically."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polytile.errors import IllegalSchedule
+from polytile.poly import transform as T
+from polytile.poly.api import ScheduleHandle
+from polytile.poly.ast import explain
+from polytile.poly.default import default_schedule
+from polytile.poly.interp import run_schedule
+from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import Schedule, initial_schedule
+
+from kernels import mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
+
+
+def assert_equivalent(schedule: Schedule, seed: int = 0) -> None:
+    """The schedule computes what the untransformed kernel computes."""
+    kernel = schedule.kernel
+    inputs = random_inputs(kernel, seed)
+    want = run_program_order(kernel, inputs)
+    got = run_schedule(schedule, inputs)
+    for t in kernel.outputs():
+        assert got[t.name].shape == want[t.name].shape
+        assert got[t.name].dtype == want[t.name].dtype
+        np.testing.assert_allclose(got[t.name], want[t.name], rtol=1e-5, atol=1e-6)
+
+
+def test_mlc_mm_relu_tutorial() -> None:
+    """TVM's MLC course mm_relu, step by step, through the researcher handle."""
+    kernel = mm_relu(16, 16, 8)
+    sch = ScheduleHandle(kernel)
+    i, j, k = sch.get_loops("Y")
+    j0, j1 = sch.split(j, [None, 4])
+    assert (j0, j1) == ("j0", "j1")
+    sch.reorder(j0, k, j1)
+    sch.reverse_compute_at("C", j0)
+    sch.decompose_reduction("Y", k)
+    sch.vectorize(j1)
+    sch.parallel(i)
+    sch.unroll(k)
+    code = sch.show()
+    assert "// vector" in code and "// parallel" in code and "// unroll" in code
+    assert code.index("C[") < code.rindex("}")  # C is computed inside the tile
+    assert [s["kind"] for s in sch.trace] == [
+        "split",
+        "reorder",
+        "reverse_compute_at",
+        "decompose_reduction",
+        "vectorize",
+        "parallel",
+        "unroll",
+    ]
+    assert_equivalent(sch.schedule)
+    inputs = random_inputs(kernel)
+    out = run_schedule(sch.schedule, inputs)["C"]
+    np.testing.assert_allclose(out, np.maximum(inputs["A"] @ inputs["B"], 0), rtol=1e-5)
+
+
+def test_illegal_requests_raise_at_the_call() -> None:
+    sch = ScheduleHandle(mm_relu())
+    _, _, k = sch.get_loops("Y")
+    with pytest.raises(IllegalSchedule, match=r"parallel\(k\).*Y\[") as info:
+        sch.parallel(k)
+    assert "carries" in str(info.value)
+    with pytest.raises(IllegalSchedule, match="innermost"):
+        sch.vectorize(sch.get_loops("Y")[0])
+    assert sch.trace == []  # a refused request leaves the handle unchanged
+
+
+def test_reordering_a_flow_dependence_is_illegal() -> None:
+    """C reads Y: moving C's nest before Y's reduction finishes breaks the flow."""
+    schedule = initial_schedule(mm_relu())
+    with pytest.raises(IllegalSchedule, match="compute_at"):
+        T.compute_at(schedule, "C", "k")
+
+
+def test_carried_dependence_blocks_parallel_and_vector() -> None:
+    schedule = initial_schedule(prefix_sum())
+    (loop,) = [lp.name for lp in schedule.loops_of("P")]
+    for fn in (T.parallel, T.vectorize):
+        with pytest.raises(IllegalSchedule, match="carries"):
+            fn(schedule, loop)
+    assert_equivalent(T.unroll(schedule, loop))
+
+
+@pytest.mark.parametrize("factors", [(None, 4), (None, 3), (2, None), (2, 2, None), (None, 5)])
+def test_split_preserves_results_even_with_remainders(factors) -> None:
+    schedule = T.split(initial_schedule(mm_relu(7, 10, 5)), "j", factors)
+    assert_equivalent(schedule)
+
+
+def test_tile_and_fuse() -> None:
+    schedule = T.tile(initial_schedule(mm_relu(8, 12, 4)), ["i", "j"], [4, 3])
+    names = [lp.name for lp in schedule.loops_of("Y")]
+    assert names == ["i0", "j0", "i1", "j1", "k"]
+    schedule = T.fuse(schedule, "i0", "j0")
+    schedule = T.parallel(schedule, schedule.loops_of("Y")[0].name)
+    assert_equivalent(schedule)
+
+
+def test_compute_at_producer_into_consumer() -> None:
+    schedule = T.compute_at(initial_schedule(softmax_rows()), "E", "j_2")
+    assert_equivalent(schedule)
+
+
+def test_softmax_stages_fused_per_row() -> None:
+    schedule = initial_schedule(softmax_rows())
+    rows = next(lp.name for lp in schedule.loops_of("Y"))
+    for stmt in ("S", "S_init", "E", "M", "M_init"):  # each producer of what is inside
+        schedule = T.compute_at(schedule, stmt, rows)
+    schedule = T.parallel(schedule, rows)
+    code = explain(schedule)
+    assert code.count("// parallel") == 1
+    assert_equivalent(schedule)
+
+
+def test_stencil_vectorized() -> None:
+    schedule = initial_schedule(stencil(35))
+    (loop,) = [lp.name for lp in schedule.loops_of("B")]
+    schedule = T.split(schedule, loop, (None, 8))
+    schedule = T.vectorize(schedule, f"{loop}1")
+    assert_equivalent(schedule)
+
+
+def test_trace_roundtrip_and_hash() -> None:
+    kernel = mm_relu(8, 8, 8)
+    schedule = default_schedule(kernel)
+    text = json.dumps(schedule.trace_json())
+    again = T.replay(kernel, json.loads(text))
+    assert again.body == schedule.body
+    assert again.trace_hash() == schedule.trace_hash()
+    assert T.replay(kernel, []).trace_hash() != schedule.trace_hash()
+    with pytest.raises(IllegalSchedule, match="unknown step"):
+        T.replay(kernel, [{"kind": "teleport", "args": {}}])
+
+
+@pytest.mark.parametrize("build", [mm_relu, softmax_rows, stencil, prefix_sum])
+def test_default_schedule_is_legal_and_equivalent(build) -> None:
+    schedule = default_schedule(build())
+    assert_equivalent(schedule)
+
+
+def test_default_matmul_schedule_is_register_blocked() -> None:
+    schedule = default_schedule(mm_relu(64, 64, 32))
+    kinds = [s.kind for s in schedule.trace]
+    assert {
+        "split",
+        "reorder",
+        "decompose_reduction",
+        "reverse_compute_at",
+        "vectorize",
+        "parallel",
+    } <= set(kinds)
+    loops = [(lp.name, lp.annotation) for lp in schedule.loops_of("Y")]
+    assert loops[-1][1] == "vector" and loops[0][1] == "parallel"
