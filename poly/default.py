@@ -21,7 +21,7 @@ from polytile.errors import IllegalSchedule
 
 from . import transform as T
 from .expr import loads
-from .kernel import Kernel, Statement
+from .kernel import Kernel, Role, Statement
 from .schedule import Loop, Schedule, initial_schedule, statements_below
 
 
@@ -96,6 +96,8 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             block = name
             break
     width = config.vector_width
+    block_dim = dim_of[block] if block is not None else None
+    schedule = _pack_weights(schedule, main, vec_dim, block_dim, config)
     outer, inner = list(spatial), []
     if T.loop_extent(schedule, vec) >= 2 * width:
         try:
@@ -132,6 +134,31 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if init is not None:
         schedule = _vectorize_innermost(schedule, init, config)
     return _parallelize_outer(schedule, main.name, config)
+
+
+def _pack_weights(
+    schedule: Schedule,
+    main: Statement,
+    vec_dim: str,
+    block_dim: str | None,
+    config: DefaultConfig,
+) -> Schedule:
+    """Constant operands (weights) get a blocked layout along the dim the tile walks in
+    vectors (or in register blocks), so each block is contiguous in memory."""
+    for ld in loads(main.expr):
+        t = schedule.kernel.tensors.get(ld.tensor)
+        if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
+            continue
+        for dim, factor in ((vec_dim, config.vector_width), (block_dim, config.register_block)):
+            if dim is None or dim not in ld.index:
+                continue
+            axis = ld.index.index(dim)
+            if t.shape[axis] >= 2 * factor:
+                schedule = _try(
+                    schedule, lambda s, n=ld.tensor, a=axis, f=factor: T.pack(s, n, a, f)
+                )
+                break
+    return schedule
 
 
 def _epilogue(kernel: Kernel, main: Statement) -> list[str]:

@@ -5,6 +5,7 @@ IllegalSchedule naming the step and the dependence; traces replay identically.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import explain
 from polytile.poly.default import default_schedule
 from polytile.poly.interp import run_schedule
+from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
 from polytile.poly.schedule import Schedule, initial_schedule
 
@@ -161,3 +163,47 @@ def test_default_matmul_schedule_is_register_blocked() -> None:
     } <= set(kinds)
     loops = [(lp.name, lp.annotation) for lp in schedule.loops_of("Y")]
     assert loops[-1][1] == "vector" and loops[0][1] == "parallel"
+
+
+def constant_b(kernel: Kernel, seed: int = 1) -> Kernel:
+    """mm_relu with B a constant (weights), as after lowering a Gemm / MatMul."""
+    b = np.random.default_rng(seed).standard_normal(kernel.tensors["B"].shape).astype("f")
+    tensors = {**kernel.tensors, "B": replace(kernel.tensors["B"], role=Role.CONSTANT, value=b)}
+    return replace(kernel, tensors=tensors)
+
+
+@pytest.mark.parametrize(("axis", "factor"), [(1, 4), (1, 3), (0, 2)])
+def test_pack_constant_keeps_results(axis: int, factor: int) -> None:
+    kernel = constant_b(mm_relu(5, 10, 6))
+    packed = T.pack(initial_schedule(kernel), "B", axis, factor)
+    blocks = -(-kernel.tensors["B"].shape[axis] // factor)
+    new = packed.kernel.tensors["B_packed"]
+    assert new.shape[0] == blocks and new.shape[-1] == factor
+    inputs = random_inputs(kernel)
+    want = run_program_order(kernel, inputs)["C"]
+    got = run_schedule(packed, inputs)["C"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert T.replay(kernel, packed.trace_json()).kernel.tensors["B_packed"].shape == new.shape
+
+
+def test_pack_layout_is_blocked_outer() -> None:
+    value = np.arange(24).reshape(2, 12)
+    packed = T.pack_constant(value, 1, 4)
+    assert packed.shape == (3, 2, 4)
+    np.testing.assert_array_equal(packed[1, 0], value[0, 4:8])
+
+
+def test_pack_refuses_non_constants() -> None:
+    with pytest.raises(IllegalSchedule, match="constant"):
+        T.pack(initial_schedule(mm_relu()), "A", 0, 2)
+
+
+def test_default_schedule_packs_weights() -> None:
+    kernel = constant_b(mm_relu(16, 32, 8))
+    schedule = default_schedule(kernel)
+    assert "pack" in [s.kind for s in schedule.trace]
+    inputs = random_inputs(kernel)
+    np.testing.assert_allclose(
+        run_schedule(schedule, inputs)["C"], run_program_order(kernel, inputs)["C"], rtol=1e-5
+    )
