@@ -141,6 +141,13 @@ class Kernel:
                 return t
         raise KeyError(f"kernel {self.name} holds no tensor for '{onnx_name}'")
 
+    def explain(self, schedule: object = None) -> str:
+        """C-like code of the kernel under `schedule` (default: its default schedule)."""
+        from .ast import explain
+        from .default import default_schedule
+
+        return explain(schedule if schedule is not None else default_schedule(self))
+
     def workload_key(self) -> str:
         """A stable structural hash: identical kernels (up to constant values) share it."""
         payload = {

@@ -20,7 +20,7 @@ import numpy as np
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
 if TYPE_CHECKING:
-    from polytile.frontend import Graph
+    from polytile.frontend import Graph, Partition
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
@@ -80,6 +80,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     parts = partition(optimized)
     print(f"partition in {(time.perf_counter() - start) * 1e3:.0f} ms: {parts.summary()}")
+    if args.kernel is not None:
+        print_kernels(optimized, parts, args.kernel)
     if args.groups:
         for g in parts.groups:
             outs = ", ".join(f"{t}:{optimized.types[t]}" for t in g.outputs)
@@ -88,6 +90,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.verify:
         return verify(path, optimized, args.seed)
     return 0
+
+
+def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
+    """The kernel of each selected group under its default schedule, as C-like code."""
+    from polytile.poly.ast import explain
+    from polytile.poly.default import default_schedule
+    from polytile.poly.lower import lower
+
+    if which == "all":
+        selected = list(parts.groups)
+    else:
+        try:
+            selected = [parts.groups[int(which)]]
+        except (ValueError, IndexError):
+            raise InputError(
+                f"--kernel takes a group index 0..{len(parts.groups) - 1} or 'all', not {which}"
+            ) from None
+    for group in selected:
+        kernel = lower(graph, group)
+        print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops")
+        print(explain(default_schedule(kernel)), end="")
 
 
 def verify(path: Path, optimized: Graph, seed: int) -> int:
@@ -150,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("model", help="an .onnx file or a zoo model name")
     explain.add_argument("--input-shapes", help="name:[d0,d1,...] for dynamic inputs")
     explain.add_argument("--groups", action="store_true", help="list every fused group")
+    explain.add_argument(
+        "--kernel",
+        metavar="N|all",
+        help="print group N's kernel (or all) under its default schedule",
+    )
     explain.add_argument(
         "--verify",
         action="store_true",
