@@ -59,7 +59,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
     )
