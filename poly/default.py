@@ -54,7 +54,7 @@ def main_statement(kernel: Kernel) -> Statement:
 
     reductions = [s for s in kernel.statements if s.reduction]
     if reductions:
-        return max(reductions, key=lambda s: ih.card(s.domain_set()))
+        return max(reductions, key=lambda s: ih.box_volume(s.domain_set()))
     return kernel.statements[-1]
 
 

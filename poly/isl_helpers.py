@@ -21,6 +21,16 @@ def parse_map(text: str) -> isl.Map:
     return isl.Map(text, context=CTX)
 
 
+@functools.lru_cache(maxsize=16384)
+def parse_pw_aff(text: str) -> isl.PwAff:
+    return isl.PwAff(text, context=CTX)
+
+
+@functools.lru_cache(maxsize=16384)
+def parse_union_pw_aff(text: str) -> isl.UnionPwAff:
+    return isl.UnionPwAff(text, context=CTX)
+
+
 def box(name: str, dims: Sequence[str], extents: Sequence[int], extra: str = "") -> str:
     """`{ name[d0, d1] : 0 <= d0 < e0 and 0 <= d1 < e1 [and extra] }` as isl text."""
     bounds = [f"0 <= {d} < {e}" for d, e in zip(dims, extents, strict=True)]
@@ -60,6 +70,16 @@ def card(s: isl.Set | isl.UnionSet) -> int:
         s.foreach_set(lambda part: counts.append(card(part)))
         return sum(counts)
     return int(s.count_val().to_python())
+
+
+def box_volume(s: isl.Set) -> int:
+    """The volume of the set's bounding box: a cheap upper bound of `card`."""
+    volume = 1
+    for pos in range(s.dim(isl.dim_type.set)):
+        lo = s.dim_min_val(pos).to_python()
+        hi = s.dim_max_val(pos).to_python()
+        volume *= max(0, int(hi) - int(lo) + 1)
+    return volume
 
 
 def is_empty(obj: isl.UnionMap | isl.UnionSet | isl.Map | isl.Set) -> bool:

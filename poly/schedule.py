@@ -230,7 +230,7 @@ def _insert(node: isl.ScheduleNode, nodes: tuple[Node, ...], kernel: Kernel) -> 
     only = nodes[0]
     if isinstance(only, Leaf):
         return node
-    parts = [isl.UnionPwAff(text) for text in only.exprs.values()]
+    parts = [ih.parse_union_pw_aff(text) for text in only.exprs.values()]
     upa = parts[0]
     for part in parts[1:]:
         upa = upa.union_add(part)
@@ -283,7 +283,7 @@ def _outer_map(schedule: Schedule, outer: tuple[Loop, ...], loop: Loop) -> isl.U
     stmts = statements_below(loop)
     maps = []
     for stmt in stmts:
-        affs = [isl.PwAff(o.exprs[stmt]) for o in outer]
+        affs = [ih.parse_pw_aff(o.exprs[stmt]) for o in outer]
         mpa = isl.PwMultiAff.from_pw_aff(affs[0])
         for aff in affs[1:]:
             mpa = mpa.flat_range_product(isl.PwMultiAff.from_pw_aff(aff))

@@ -59,7 +59,7 @@ def _taken(schedule: Schedule) -> set[str]:
 
 
 def _pw(text: str) -> isl.PwAff:
-    return isl.PwAff(text, context=ih.CTX)
+    return ih.parse_pw_aff(text)
 
 
 def _val(n: int) -> isl.Val:
