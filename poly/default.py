@@ -13,6 +13,7 @@ and a vectorized inner loop. Every step is checked; an illegal one is skipped.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,7 +55,13 @@ def main_statement(kernel: Kernel) -> Statement:
 
     reductions = [s for s in kernel.statements if s.reduction]
     if reductions:
-        return max(reductions, key=lambda s: ih.box_volume(s.domain_set()))
+        return max(
+            reductions,
+            key=lambda s: (
+                ih.box_volume(s.domain_set()),
+                math.prod(kernel.tensors[s.tensor].shape),
+            ),
+        )
     return kernel.statements[-1]
 
 

@@ -660,7 +660,7 @@ def _einsum_term(ctx: InferContext, term: str) -> str:
     return labels
 
 
-def _einsum(ctx: InferContext) -> EinsumSpec:
+def einsum_spec(ctx: InferContext) -> EinsumSpec:
     equation = ctx.attr_str("equation", "")
     eq = equation.replace(" ", "")
     if not eq:
@@ -756,4 +756,4 @@ def _einsum_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.nd
 
 @register("Einsum", OpKind.ANCHOR, evaluate=_einsum_evaluate, dtypes=MATMUL_DTYPES)
 def _einsum_infer(ctx: InferContext) -> tuple[TensorType, ...]:
-    return (TensorType(_einsum(ctx).shape, ctx.dtype(0)),)
+    return (TensorType(einsum_spec(ctx).shape, ctx.dtype(0)),)

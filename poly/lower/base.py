@@ -15,6 +15,7 @@ import numpy as np
 
 from polytile.errors import UnsupportedOpError
 from polytile.frontend.graph import Graph, Node, TensorType
+from polytile.frontend.ops import InferContext
 
 from .. import isl_helpers as ih
 from ..expr import Const, Expr, Load, const
@@ -97,6 +98,17 @@ class LowerContext:
 
     def attr(self, name: str, default: object = None) -> object:
         return self.node.attrs.get(name, default)
+
+    def infer_context(self) -> InferContext:
+        """The frontend's view of the node, for rules shared with it (conv windows, ...)."""
+        node, graph = self.node, self.graph
+        return InferContext(
+            node,
+            [graph.types.get(i) if i else None for i in node.inputs],
+            [graph.constants.get(i) if i else None for i in node.inputs],
+            graph.opset,
+            graph.name,
+        )
 
     def unsupported(self, message: str) -> UnsupportedOpError:
         node = self.node

@@ -1,1 +1,769 @@
-"""Lowerings of family 'nn' (being written)."""
+"""Compute definitions of the neural-network ops: convolutions, matrix products, pooling,
+softmax and normalizations.
+
+Every heavy op is a reduction statement (`reduction=` its combiner) over the output's
+dimensions followed by the reduced ones, preceded by its init statement (`init_of=`)
+writing the combiner's identity or a start value (a bias, `beta * C`). Padding is part of
+the domain: a window tap that falls outside the input is not a point of the reduction
+(`0 <= oh*s + kh*d - p < H`), so no statement loads out of bounds and nothing builds a
+padded copy. The transposed convolution is written in gather form: an output position
+reduces over the taps whose input position `(o + p - k*d) / s` is an integer inside the
+input (an existential in the domain).
+
+Windows come from the frontend's `conv_window` / `conv_transpose_window` / `pool_window`,
+the one place where the window rules live. float16 tensors accumulate in float32
+temporaries and are cast once at the end; statistics of the normalizations are float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from polytile.frontend.graph import TensorType
+from polytile.frontend.ops.nn import (
+    Window,
+    conv_transpose_window,
+    conv_window,
+    einsum_spec,
+    pool_window,
+)
+
+from ..expr import Cast, Expr, binary, unary
+from ..kernel import Statement
+from ..reference import identity
+from .base import LowerContext, lowering
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _spatial(rank: int, prefix: str) -> tuple[str, ...]:
+    """Names of spatial dimensions: `oh, ow` for prefix 'o' in 2-D, `kd, kh, kw` in 3-D."""
+    letters = {1: "w", 2: "hw", 3: "dhw"}.get(rank)
+    if letters is not None:
+        return tuple(prefix + letter for letter in letters)
+    return tuple(f"{prefix or 's'}{i}" for i in range(rank))
+
+
+def _affine(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
+    """Affine text in isl (and Python) syntax: `[(2, 'oh'), (1, 'kh')], -1` → `2*oh + kh - 1`."""
+    text = ""
+    for coef, name in terms:
+        if coef == 0:
+            continue
+        mag = name if abs(coef) == 1 else f"{abs(coef)}*{name}"
+        if not text:
+            text = mag if coef > 0 else f"-{mag}"
+        else:
+            text += f" + {mag}" if coef > 0 else f" - {mag}"
+    if not text:
+        return str(offset)
+    if offset:
+        text += f" + {offset}" if offset > 0 else f" - {-offset}"
+    return text
+
+
+def _within(index: str, low: int, high: int, lowest: int, highest: int) -> list[str]:
+    """Constraints keeping `index` (ranging over [lowest, highest]) in [low, high)."""
+    where = []
+    if lowest < low:
+        where.append(f"{index} >= {low}")
+    if highest >= high:
+        where.append(f"{index} < {high}")
+    return where
+
+
+def _acc_dtype(dtype: str) -> str:
+    """The dtype sums are accumulated in: float16 accumulates in float32."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def _as(expr: Expr, dtype: str) -> Expr:
+    return expr if expr.dtype == dtype else Cast(expr, dtype)
+
+
+def _statement(
+    ctx: LowerContext,
+    name: str,
+    dims: Sequence[str],
+    extents: Sequence[int],
+    tensor: str,
+    index: Sequence[str],
+    expr: Expr,
+    where: Sequence[str] = (),
+) -> Statement:
+    domain = ctx.domain(name, dims, extents, " and ".join(where))
+    return Statement(name, tuple(dims), domain, tensor, tuple(index), expr)
+
+
+def _reduction(
+    ctx: LowerContext,
+    base: str,
+    out: tuple[Sequence[str], Sequence[int]],
+    red: tuple[Sequence[str], Sequence[int]],
+    tensor: str,
+    index: Sequence[str],
+    expr: Expr,
+    combiner: str,
+    where: Sequence[str] = (),
+    start: Expr | None = None,
+) -> list[Statement]:
+    """The init statement (over the output dims `out`) and the reduction statement (over
+    `out` then `red`, restricted by `where`) combining `expr` into `tensor[index]`."""
+    out_dims, out_extents = out
+    red_dims, red_extents = red
+    name = ctx.statement_name(base)
+    init = ctx.statement_name(f"{base}_init")
+    if start is None:
+        start = ctx.const(identity(combiner, expr.dtype), expr.dtype)  # type: ignore[arg-type]
+    dims = (*out_dims, *red_dims)
+    domain = ctx.domain(name, dims, (*out_extents, *red_extents), " and ".join(where))
+    return [
+        Statement(
+            init,
+            tuple(out_dims),
+            ctx.domain(init, out_dims, out_extents),
+            tensor,
+            tuple(index),
+            _as(start, expr.dtype),
+            init_of=name,
+        ),
+        Statement(name, dims, domain, tensor, tuple(index), expr, reduction=combiner),
+    ]
+
+
+def _accumulator(ctx: LowerContext, out: TensorType) -> str:
+    """Where a sum producing the node's output accumulates: the output itself, or a float32
+    temporary for a float16 output (see `_store`)."""
+    acc = _acc_dtype(out.dtype)
+    return ctx.output() if acc == out.dtype else ctx.temp("acc", out.shape, acc)
+
+
+def _store(ctx: LowerContext, acc: str, dims: Sequence[str], out: TensorType) -> list[Statement]:
+    """The cast of a float32 accumulator into the float16 output (nothing otherwise)."""
+    if acc == ctx.output():
+        return []
+    name = ctx.statement_name(f"{ctx.node.name}_store")
+    value = Cast(ctx.load_temp(acc, dims), out.dtype)
+    return [_statement(ctx, name, dims, out.shape, ctx.output(), dims, value)]
+
+
+def _group_channel(out: str, per_group_out: int, per_group_in: int, tap: str, group: int) -> str:
+    """The input channel `g * per_group_in + tap` of output channel `out` in group
+    `g = floor(out / per_group_out)`."""
+    if group == 1:
+        return tap
+    if per_group_out == 1:
+        return _affine([(per_group_in, out), (1, tap)])
+    scale = "" if per_group_in == 1 else f"{per_group_in}*"
+    return f"{scale}floor({out}/{per_group_out}) + {tap}"
+
+
+def _window_taps(
+    window: Window,
+    spatial: Sequence[int],
+    out_dims: Sequence[str],
+    taps: Sequence[str],
+    lows: Sequence[int] | None = None,
+    highs: Sequence[int] | None = None,
+) -> tuple[list[str], list[list[str]]]:
+    """Input index `o*s + k*d - p` of each spatial axis of a sliding window and, per axis,
+    the domain constraints keeping it inside the input (or inside [lows, highs))."""
+    n = len(spatial)
+    lows = [0] * n if lows is None else lows
+    highs = spatial if highs is None else highs
+    index, where = [], []
+    for i in range(n):
+        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
+        pos = _affine([(s, out_dims[i]), (d, taps[i])], -p)
+        index.append(pos)
+        highest = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d - p
+        where.append(_within(pos, lows[i], highs[i], -p, highest))
+    return index, where
+
+
+# --- convolutions ------------------------------------------------------------------------------
+
+
+@lowering("Conv")
+def _conv(ctx: LowerContext) -> list[Statement]:
+    """Y[n, m, oh, ow] = B[m] + Σ_{c, kh, kw} X[n, g*C/G + c, oh*s + kh*d - p, ...] W[m, c, kh, kw]
+    over the taps inside X."""
+    out, window = conv_window(ctx.infer_context())
+    x, w = ctx.input_type(0), ctx.input_type(1)
+    group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
+    rank = x.rank - 2
+    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    out_dims = ("n", "m", *o)
+    per_group_in, per_group_out = w.shape[1], out.shape[1] // group
+    channel = _group_channel("m", per_group_out, per_group_in, "c", group)
+    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
+    where = [c for axis in bounds for c in axis]
+    acc = _acc_dtype(out.dtype)
+    product = binary(
+        "mul",
+        _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), acc),
+        _as(ctx.load(ctx.node.inputs[1], ("m", "c", *k)), acc),
+    )
+    bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
+    target = _accumulator(ctx, out)
+    return [
+        *_reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            (("c", *k), (per_group_in, *w.shape[2:])),
+            target,
+            out_dims,
+            product,
+            "sum",
+            where,
+            start=bias,
+        ),
+        *_store(ctx, target, out_dims, out),
+    ]
+
+
+@lowering("ConvTranspose")
+def _conv_transpose(ctx: LowerContext) -> list[Statement]:
+    """Gather form: Y[n, m, o] = B[m] + Σ_{c, k} X[n, g*C/G + c, (o + p - k*d)/s]
+    W[g*C/G + c, m mod M/G, k] over the taps where (o + p - k*d) is a multiple of s whose
+    quotient lies inside X. Output padding only extends Y (its extra positions gather
+    whatever taps reach them, often none: the bias)."""
+    out, window = conv_transpose_window(ctx.infer_context())
+    x, w = ctx.input_type(0), ctx.input_type(1)
+    group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
+    rank = x.rank - 2
+    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    out_dims = ("n", "m", *o)
+    per_group_in, per_group_out = x.shape[1] // group, w.shape[1]
+    channel = _group_channel("m", per_group_out, per_group_in, "c", group)
+    if group == 1:
+        filter_channel = "m"
+    elif per_group_out == 1:
+        filter_channel = "0"
+    else:
+        filter_channel = f"m - {per_group_out}*floor(m/{per_group_out})"
+    spatial, where = [], []
+    for i in range(rank):
+        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
+        full = _affine([(1, o[i]), (-d, k[i])], p)
+        lowest = p - (window.kernel[i] - 1) * d
+        highest = window.out[i] - 1 + p
+        if s == 1:
+            spatial.append(full)
+            where += _within(full, 0, x.shape[2 + i], lowest, highest)
+        else:
+            q = f"{o[i]}_in"
+            spatial.append(f"floor(({full})/{s})")
+            bounds = [f"{q} >= 0", f"{q} < {x.shape[2 + i]}"]
+            where.append(f"exists ({q}: {full} = {s}*{q} and {' and '.join(bounds)})")
+    acc = _acc_dtype(out.dtype)
+    product = binary(
+        "mul",
+        _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), acc),
+        _as(ctx.load(ctx.node.inputs[1], (channel, filter_channel, *k)), acc),
+    )
+    bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
+    target = _accumulator(ctx, out)
+    return [
+        *_reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            (("c", *k), (per_group_in, *w.shape[2:])),
+            target,
+            out_dims,
+            product,
+            "sum",
+            where,
+            start=bias,
+        ),
+        *_store(ctx, target, out_dims, out),
+    ]
+
+
+# --- matrix products ------------------------------------------------------------------------
+
+
+def _batch_index(shape: Sequence[int], dims: Sequence[str], extents: Sequence[int]) -> list[str]:
+    """Index of an operand's leading (batch) axes `shape` broadcast onto output `dims`
+    (aligned to the right, numpy style)."""
+    offset = len(dims) - len(shape)
+    return [
+        "0" if size == 1 and extents[offset + a] != 1 else dims[offset + a]
+        for a, size in enumerate(shape)
+    ]
+
+
+@lowering("MatMul")
+def _matmul(ctx: LowerContext) -> list[Statement]:
+    """numpy.matmul: Y[b..., i, j] = Σ_k A[b..., i, k] B[b..., k, j], batch axes broadcast,
+    a 1-D A has no `i` and a 1-D B no `j`."""
+    a, b, out = ctx.input_type(0), ctx.input_type(1), ctx.output_type()
+    depth = a.shape[-1]
+    rows, cols = a.rank > 1, b.rank > 1
+    batch_rank = out.rank - rows - cols
+    batch = tuple(f"b{i}" for i in range(batch_rank))
+    out_dims = (*batch, *(("i",) if rows else ()), *(("j",) if cols else ()))
+    extents = out.shape[:batch_rank]
+    a_index = ["k"] if not rows else [*_batch_index(a.shape[:-2], batch, extents), "i", "k"]
+    b_index = ["k"] if not cols else [*_batch_index(b.shape[:-2], batch, extents), "k", "j"]
+    acc = _acc_dtype(out.dtype)
+    product = binary(
+        "mul",
+        _as(ctx.load(ctx.node.inputs[0], a_index), acc),
+        _as(ctx.load(ctx.node.inputs[1], b_index), acc),
+    )
+    target = _accumulator(ctx, out)
+    return [
+        *_reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            (("k",), (depth,)),
+            target,
+            out_dims,
+            product,
+            "sum",
+        ),
+        *_store(ctx, target, out_dims, out),
+    ]
+
+
+@lowering("Gemm")
+def _gemm(ctx: LowerContext) -> list[Statement]:
+    """Y[i, j] = beta * C[bcast(i, j)] (the init) + Σ_k alpha * A'[i, k] B'[k, j]."""
+    a, out = ctx.input_type(0), ctx.output_type()
+    alpha = float(ctx.attr("alpha", 1.0))  # type: ignore[arg-type]
+    beta = float(ctx.attr("beta", 1.0))  # type: ignore[arg-type]
+    trans_a, trans_b = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))  # type: ignore[arg-type]
+    acc = _acc_dtype(out.dtype)
+    if np.dtype(acc).kind in "iu" and not (alpha.is_integer() and beta.is_integer()):
+        raise ctx.unsupported(f"non-integer alpha={alpha} / beta={beta} on {out.dtype} operands")
+    depth = a.shape[0] if trans_a else a.shape[1]
+    a_load = ctx.load(ctx.node.inputs[0], ("k", "i") if trans_a else ("i", "k"))
+    b_load = ctx.load(ctx.node.inputs[1], ("j", "k") if trans_b else ("k", "j"))
+    product: Expr = binary("mul", _as(a_load, acc), _as(b_load, acc))
+    if alpha != 1.0:
+        product = binary("mul", ctx.const(alpha, acc), product)
+    dims = ("i", "j")
+    start: Expr = ctx.const(0, acc)
+    if ctx.has_input(2) and beta != 0.0:
+        start = _as(ctx.broadcast_load(ctx.node.inputs[2], dims, out.shape), acc)
+        if beta != 1.0:
+            start = binary("mul", ctx.const(beta, acc), start)
+    target = _accumulator(ctx, out)
+    return [
+        *_reduction(
+            ctx,
+            ctx.node.name,
+            (dims, out.shape),
+            (("k",), (depth,)),
+            target,
+            dims,
+            product,
+            "sum",
+            start=start,
+        ),
+        *_store(ctx, target, dims, out),
+    ]
+
+
+@lowering("Einsum")
+def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
+    """A sum of products: one dimension per label (the ellipsis as `e0, e1, ...`), the
+    labels absent from the output reduced; a repeated label indexes its operand's
+    diagonal, a size-1 operand axis broadcasts."""
+    spec = einsum_spec(ctx.infer_context())
+    out = ctx.output_type()
+    operands = [
+        (term, name, ctx.type(name).shape)
+        for term, name in zip(spec.inputs, ctx.node.inputs, strict=True)
+    ]
+    sizes: dict[str, int] = {}
+    for term, _, shape in operands:
+        # every ellipsis stands for the same number of axes (the frontend checks it)
+        labels = term.replace(".", "." * (len(shape) - len(term) + 1))
+        for position, label in enumerate(labels):
+            key = f"e{position - labels.index('.')}" if label == "." else label
+            size = shape[position]
+            sizes[key] = size if sizes.get(key, 1) == 1 else sizes[key]
+
+    def axes(term: str, rank: int) -> list[str]:
+        labels = term.replace(".", "." * (rank - len(term) + 1))
+        return [
+            f"e{position - labels.index('.')}" if label == "." else label
+            for position, label in enumerate(labels)
+        ]
+
+    out_dims = tuple(axes(spec.output, out.rank))
+    reduced = [label for label in sizes if label not in out_dims]
+    acc = _acc_dtype(out.dtype)
+    product: Expr | None = None
+    for term, name, shape in operands:
+        index = [
+            "0" if size == 1 and sizes[dim] != 1 else dim
+            for dim, size in zip(axes(term, len(shape)), shape, strict=True)
+        ]
+        load = _as(ctx.load(name, index), acc)
+        product = load if product is None else binary("mul", product, load)
+    assert product is not None
+    target = _accumulator(ctx, out)
+    if not reduced:
+        name = ctx.statement_name()
+        statements = [_statement(ctx, name, out_dims, out.shape, target, out_dims, product)]
+    else:
+        statements = _reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            (tuple(reduced), tuple(sizes[label] for label in reduced)),
+            target,
+            out_dims,
+            product,
+            "sum",
+        )
+    return [*statements, *_store(ctx, target, out_dims, out)]
+
+
+# --- pooling ----------------------------------------------------------------------------------
+
+
+def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
+    """For each output position of a spatial axis, how many window taps `o*s + k*d - p`
+    fall in [low, high)."""
+    s, d, p = window.strides[axis], window.dilations[axis], window.pads[axis]
+    size, kernel = window.out[axis], window.kernel[axis]
+    pos = np.arange(size)[:, None] * s + np.arange(kernel)[None, :] * d - p
+    return ((pos >= low) & (pos < high)).sum(axis=1)
+
+
+@lowering("MaxPool", "AveragePool")
+def _pool(ctx: LowerContext) -> list[Statement]:
+    """A max / sum reduction over the window taps inside X. The average divides by the
+    number of taps inside X, or with count_include_pad inside the padded input (the
+    overhang of ceil_mode never counts). The count is a product over the spatial axes; an
+    axis whose count varies with the output position gets it counted exactly, by a small
+    reduction of 1 over the same clipped taps (computed first, so the division can run
+    inside the tile of the main reduction)."""
+    out, window = pool_window(ctx.infer_context())
+    x = ctx.input_type(0)
+    rank = x.rank - 2
+    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    out_dims = ("n", "c", *o)
+    taps = (k, window.kernel)
+    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
+    where = [c for axis in bounds for c in axis]
+    value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
+    if ctx.node.op_type == "MaxPool":
+        return _reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            taps,
+            ctx.output(),
+            out_dims,
+            value,
+            "max",
+            where,
+        )
+    acc = _acc_dtype(out.dtype)
+    if ctx.attr("count_include_pad", 0):
+        lows = [-window.pads[i] for i in range(rank)]
+        highs = [x.shape[2 + i] + window.pads[rank + i] for i in range(rank)]
+        _, count_bounds = _window_taps(window, x.shape[2:], o, k, lows, highs)
+    else:
+        lows, highs, count_bounds = [0] * rank, list(x.shape[2:]), bounds
+    statements: list[Statement] = []
+    constant, factors = 1, []
+    for i in range(rank):
+        counts = _tap_counts(window, i, lows[i], highs[i])
+        if len(set(counts.tolist())) <= 1:
+            constant *= int(counts[0]) if len(counts) else 1
+            continue
+        count = ctx.temp(f"taps_{o[i]}", (window.out[i],), acc)
+        statements += _reduction(
+            ctx,
+            f"{ctx.node.name}_count_{o[i]}",
+            ((o[i],), (window.out[i],)),
+            ((k[i],), (window.kernel[i],)),
+            count,
+            (o[i],),
+            ctx.const(1.0, acc),
+            "sum",
+            count_bounds[i],
+        )
+        factors.append(ctx.load_temp(count, (o[i],)))
+    total = ctx.temp("sum", out.shape, acc)
+    statements += _reduction(
+        ctx,
+        f"{ctx.node.name}_reduce_sum",
+        (out_dims, out.shape),
+        taps,
+        total,
+        out_dims,
+        _as(value, acc),
+        "sum",
+        where,
+    )
+    divisor: Expr | None = None if constant == 1 and factors else ctx.const(constant, acc)
+    for factor in factors:
+        divisor = factor if divisor is None else binary("mul", divisor, factor)
+    assert divisor is not None
+    name = ctx.statement_name()
+    mean = _as(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
+    statements.append(_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
+    return statements
+
+
+def _global_pool(ctx: LowerContext, combiner: str) -> list[Statement]:
+    """A max / sum reduction of each (n, c) over every spatial position into Y[n, c, 0, ...]
+    (the average then divides by the spatial size)."""
+    x, out = ctx.input_type(0), ctx.output_type()
+    spatial = _spatial(x.rank - 2, "i")
+    out_dims = ("n", "c")
+    out_index = ("n", "c", *("0" for _ in spatial))
+    value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
+    red = (spatial, x.shape[2:])
+    if combiner == "max":
+        return _reduction(
+            ctx, ctx.node.name, (out_dims, x.shape[:2]), red, ctx.output(), out_index, value, "max"
+        )
+    acc = _acc_dtype(out.dtype)
+    total = ctx.temp("sum", x.shape[:2], acc)
+    statements = _reduction(
+        ctx,
+        f"{ctx.node.name}_reduce_sum",
+        (out_dims, x.shape[:2]),
+        red,
+        total,
+        out_dims,
+        _as(value, acc),
+        "sum",
+    )
+    name = ctx.statement_name()
+    size = ctx.const(math.prod(x.shape[2:]), acc)
+    mean = _as(binary("div", ctx.load_temp(total, out_dims), size), out.dtype)
+    statements.append(
+        Statement(
+            name, out_dims, ctx.domain(name, out_dims, x.shape[:2]), ctx.output(), out_index, mean
+        )
+    )
+    return statements
+
+
+lowering("GlobalAveragePool")(lambda ctx: _global_pool(ctx, "sum"))
+lowering("GlobalMaxPool")(lambda ctx: _global_pool(ctx, "max"))
+
+
+# --- softmax and normalizations ----------------------------------------------------------------
+
+
+def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
+    """max-reduce along the axis into a temporary, sum-reduce exp(x - max), then
+    exp(x - max) / sum (or x - max - log(sum))."""
+    x = ctx.input_type(0)
+    axis = int(ctx.attr("axis", -1))  # type: ignore[arg-type]
+    axis = axis + x.rank if axis < 0 else axis
+    dims = ctx.dims(x.rank)
+    outer = dims[:axis] + dims[axis + 1 :]
+    outer_shape = x.shape[:axis] + x.shape[axis + 1 :]
+    stat = _acc_dtype(x.dtype)
+    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    red = ((dims[axis],), (x.shape[axis],))
+    peak = ctx.temp("max", outer_shape, stat)
+    total = ctx.temp("sum", outer_shape, stat)
+    shifted = binary("sub", value, ctx.load_temp(peak, outer))
+    statements = [
+        *_reduction(
+            ctx, f"{ctx.node.name}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
+        ),
+        *_reduction(
+            ctx,
+            f"{ctx.node.name}_reduce_sum",
+            (outer, outer_shape),
+            red,
+            total,
+            outer,
+            unary("exp", shifted),
+            "sum",
+        ),
+    ]
+    if log:
+        result = binary("sub", shifted, unary("log", ctx.load_temp(total, outer)))
+    else:
+        result = binary("div", unary("exp", shifted), ctx.load_temp(total, outer))
+    name = ctx.statement_name()
+    statements.append(
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+    )
+    return statements
+
+
+lowering("Softmax")(lambda ctx: _softmax(ctx, log=False))
+lowering("LogSoftmax")(lambda ctx: _softmax(ctx, log=True))
+
+
+def _moments(
+    ctx: LowerContext,
+    value: Expr,
+    outer: tuple[Sequence[str], Sequence[int]],
+    red: tuple[Sequence[str], Sequence[int]],
+    mean: tuple[str, Sequence[str]],
+    inv_std: tuple[str, Sequence[str]],
+    epsilon: float,
+) -> list[Statement]:
+    """Two-pass statistics of `value` (in the statistics dtype) over the `red` dims:
+    mean = Σ value / N into `mean` (tensor, index), then
+    inv_std = 1 / sqrt(Σ (value - mean)² / N + epsilon) into `inv_std`."""
+    outer_dims, outer_shape = outer
+    stat = value.dtype
+    count = ctx.const(float(math.prod(red[1])), stat)
+    total = ctx.temp("sum", outer_shape, stat)
+    statements = _reduction(
+        ctx, f"{ctx.node.name}_reduce_sum", outer, red, total, outer_dims, value, "sum"
+    )
+    name = ctx.statement_name(f"{ctx.node.name}_average")
+    average = binary("div", ctx.load_temp(total, outer_dims), count)
+    statements.append(_statement(ctx, name, outer_dims, outer_shape, mean[0], mean[1], average))
+    centered = binary("sub", value, ctx.load_temp(mean[0], mean[1]))
+    squares = ctx.temp("squares", outer_shape, stat)
+    statements += _reduction(
+        ctx,
+        f"{ctx.node.name}_reduce_squares",
+        outer,
+        red,
+        squares,
+        outer_dims,
+        binary("mul", centered, centered),
+        "sum",
+    )
+    name = ctx.statement_name(f"{ctx.node.name}_rsqrt")
+    variance = binary("div", ctx.load_temp(squares, outer_dims), count)
+    inv = unary("recip", unary("sqrt", binary("add", variance, ctx.const(epsilon, stat))))
+    statements.append(_statement(ctx, name, outer_dims, outer_shape, inv_std[0], inv_std[1], inv))
+    return statements
+
+
+def _statistic(
+    ctx: LowerContext,
+    output: int,
+    base: str,
+    dims: Sequence[str],
+    shape: Sequence[int],
+    kept: int,
+    dtype: str,
+) -> tuple[str, tuple[str, ...]]:
+    """Where a statistic over the leading `dims` goes: the node's optional output `output`
+    (the input's rank, the reduced axes kept as 1) when it is requested, else a temporary."""
+    outputs = ctx.node.outputs
+    if output < len(outputs) and outputs[output]:
+        return ctx.output(output), (*dims, *("0",) * kept)
+    return ctx.temp(base, shape, dtype), tuple(dims)
+
+
+@lowering("LayerNormalization")
+def _layer_norm(ctx: LowerContext) -> list[Statement]:
+    """Mean and inverse standard deviation over the axes from `axis` on (float32, into the
+    optional Mean / InvStdDev outputs when requested), then
+    Y = (X - mean) * inv_std * Scale + B."""
+    x = ctx.input_type(0)
+    axis = int(ctx.attr("axis", -1))  # type: ignore[arg-type]
+    axis = axis + x.rank if axis < 0 else axis
+    if int(ctx.attr("stash_type", 1)) != 1:  # type: ignore[arg-type]
+        raise ctx.unsupported("stash_type other than 1 (float32 statistics)")
+    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
+    dims = ctx.dims(x.rank)
+    outer = (dims[:axis], x.shape[:axis])
+    red = (dims[axis:], x.shape[axis:])
+    stat = "float32"  # stash_type 1
+    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    kept = x.rank - axis
+    mean = _statistic(ctx, 1, "mean", dims[:axis], x.shape[:axis], kept, stat)
+    inv_std = _statistic(ctx, 2, "inv_std", dims[:axis], x.shape[:axis], kept, stat)
+    statements = _moments(ctx, value, outer, red, mean, inv_std, epsilon)
+    normalized = binary(
+        "mul",
+        binary("sub", value, ctx.load_temp(mean[0], mean[1])),
+        ctx.load_temp(inv_std[0], inv_std[1]),
+    )
+    result = binary(
+        "mul", _as(normalized, x.dtype), ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
+    )
+    if ctx.has_input(2):
+        result = binary("add", result, ctx.broadcast_load(ctx.node.inputs[2], dims, x.shape))
+    name = ctx.statement_name()
+    statements.append(_statement(ctx, name, dims, x.shape, ctx.output(), dims, result))
+    return statements
+
+
+@lowering("InstanceNormalization")
+def _instance_norm(ctx: LowerContext) -> list[Statement]:
+    """Statistics per (n, c) over the spatial axes, then
+    Y = (X - mean) * inv_std * scale[c] + B[c]."""
+    x = ctx.input_type(0)
+    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
+    spatial = _spatial(x.rank - 2, "")
+    dims = ("n", "c", *spatial)
+    stat = _acc_dtype(x.dtype)
+    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    outer = (("n", "c"), x.shape[:2])
+    mean = (ctx.temp("mean", x.shape[:2], stat), ("n", "c"))
+    inv_std = (ctx.temp("inv_std", x.shape[:2], stat), ("n", "c"))
+    statements = _moments(ctx, value, outer, (spatial, x.shape[2:]), mean, inv_std, epsilon)
+    scale = _as(ctx.load(ctx.node.inputs[1], ("c",)), stat)
+    bias = _as(ctx.load(ctx.node.inputs[2], ("c",)), stat)
+    normalized = binary(
+        "mul",
+        binary("sub", value, ctx.load_temp(*mean)),
+        ctx.load_temp(*inv_std),
+    )
+    result = binary("add", binary("mul", normalized, scale), bias)
+    name = ctx.statement_name()
+    statements.append(
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+    )
+    return statements
+
+
+@lowering("LRN")
+def _lrn(ctx: LowerContext) -> list[Statement]:
+    """square_sum[n, c, ...] = Σ X[n, c - (size-1)//2 + t, ...]² over the channel window
+    taps t inside X, then Y = X / (bias + alpha / size * square_sum) ** beta."""
+    x = ctx.input_type(0)
+    size = int(ctx.attr("size"))  # type: ignore[arg-type]
+    alpha = float(ctx.attr("alpha", 1e-4))  # type: ignore[arg-type]
+    beta = float(ctx.attr("beta", 0.75))  # type: ignore[arg-type]
+    bias = float(ctx.attr("bias", 1.0))  # type: ignore[arg-type]
+    spatial = _spatial(x.rank - 2, "")
+    dims = ("n", "c", *spatial)
+    stat = _acc_dtype(x.dtype)
+    before = (size - 1) // 2
+    channel = _affine([(1, "c"), (1, "t")], -before)
+    channels = x.shape[1]
+    where = _within(channel, 0, channels, -before, channels - 1 - before + size - 1)
+    tap = _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)
+    squares = ctx.temp("square_sum", x.shape, stat)
+    statements = _reduction(
+        ctx,
+        f"{ctx.node.name}_reduce_squares",
+        (dims, x.shape),
+        (("t",), (size,)),
+        squares,
+        dims,
+        binary("mul", tap, tap),
+        "sum",
+        where,
+    )
+    c = lambda v: ctx.const(v, stat)  # noqa: E731
+    scaled = binary("add", c(bias), binary("mul", c(alpha / size), ctx.load_temp(squares, dims)))
+    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    result = binary("div", value, binary("pow", scaled, c(beta)))
+    name = ctx.statement_name()
+    statements.append(
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+    )
+    return statements
