@@ -110,9 +110,9 @@ def split_named(
     if any(f is not None and f < 1 for f in factors):
         raise IllegalSchedule(f"split of {loop}: factors must be positive, got {list(factors)}")
     lo, hi = loop_bounds(schedule, loop)
-    if lo != 0:
-        raise IllegalSchedule(f"split of {loop}: the loop must start at 0 (starts at {lo})")
-    extent = hi - lo + 1
+    if lo < 0:
+        raise IllegalSchedule(f"split of {loop}: the loop starts below 0 (at {lo})")
+    extent = hi + 1  # tiles are aligned to multiples of the factors, counted from 0
     known = math.prod(f for f in factors if f is not None)
     sizes = [f if f is not None else max(1, -(-extent // known)) for f in factors]
     taken = _taken(schedule)
