@@ -102,13 +102,10 @@ _FLOOR = re.compile(r"floor\(")
 
 
 def affine(text: str, point: Mapping[str, int]) -> int:
-    """An isl affine expression (with floor(a/b) and integer division) at a point."""
-    py = _FLOOR.sub("_floor(", text)
-    return int(eval(py, {"_floor": _floor_div, "__builtins__": {}}, dict(point)))
-
-
-def _floor_div(value: float) -> int:
-    return math.floor(value)
+    """An isl quasi-affine expression at a point. Division only appears as floor(e/c) of
+    integers, evaluated exactly as e // c."""
+    py = _FLOOR.sub("(", text).replace("/", "//")
+    return int(eval(py, {"__builtins__": {}}, dict(point)))
 
 
 def allocate(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

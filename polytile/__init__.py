@@ -1,3 +1,29 @@
-"""polytile: an optimizing compiler for ONNX models built on the polyhedral model."""
+"""polytile: an optimizing compiler for ONNX models built on the polyhedral model.
+
+`import polytile as pt` stays cheap: the heavier layers load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+#: public name → (module, attribute), imported on first access
+_LAZY = {
+    "kernel": ("polytile.poly.dsl", "kernel"),
+    "kernel_from_node": ("polytile.poly.dsl", "kernel_from_node"),
+    "ScheduleHandle": ("polytile.poly.api", "ScheduleHandle"),
+    "default_schedule": ("polytile.poly.default", "default_schedule"),
+}
+
+__all__ = ["ScheduleHandle", "__version__", "default_schedule", "kernel", "kernel_from_node"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'polytile' has no attribute '{name}'")
