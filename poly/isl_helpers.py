@@ -74,6 +74,8 @@ def card(s: isl.Set | isl.UnionSet) -> int:
 
 def box_volume(s: isl.Set) -> int:
     """The volume of the set's bounding box: a cheap upper bound of `card`."""
+    if s.is_empty():
+        return 0
     volume = 1
     for pos in range(s.dim(isl.dim_type.set)):
         lo = s.dim_min_val(pos).to_python()

@@ -77,7 +77,8 @@ class Statement:
         return ih.parse_map(text).intersect_domain(self.domain_set())
 
     def read_maps(self) -> list[isl.Map]:
-        """One map per load (indirect indices over-approximated to the whole axis);
+        """One map per load (an indirect index becomes an unconstrained dimension: any
+        element along that axis, and beyond — a safe over-approximation for dependences);
         a reduction also reads its accumulator."""
         maps = [self._load_map(load) for load in loads(self.expr)]
         if self.reduction is not None:

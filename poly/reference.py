@@ -165,6 +165,8 @@ def run_program_order(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[
 def identity(combiner: str, dtype: str) -> object:
     value = COMBINERS[combiner]
     np_dtype = np.dtype(dtype)
+    if np_dtype.kind == "b":
+        return np.bool_(value > 0)
     if np_dtype.kind in "iu" and math.isinf(value):
         info = np.iinfo(np_dtype)
         return info.min if value < 0 else info.max

@@ -109,9 +109,7 @@ def _l2(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
 def _reduction(op_type: str, fn: Reducer, dtypes: frozenset[str], since_input: int) -> None:
     def evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
         x = xs[0]
-        axes = reduced_axes(ctx)
-        if not axes:
-            return (x.copy(),)
+        axes = reduced_axes(ctx)  # empty: the op applied without reducing (|x| for L2)
         return (np.asarray(fn(x, axes, _keepdims(ctx))).astype(x.dtype),)
 
     register(

@@ -390,7 +390,7 @@ def _unsqueeze(ctx: InferContext) -> tuple[TensorType, ...]:
 # --- injective: Transpose, Concat, Split, Slice, Pad, Gather, Expand, Tile ---------------
 
 
-def _perm(ctx: InferContext) -> tuple[int, ...]:
+def transpose_perm(ctx: InferContext) -> tuple[int, ...]:
     rank = len(ctx.shape(0))
     perm = ctx.attr_ints("perm")
     if perm is None:
@@ -403,21 +403,21 @@ def _perm(ctx: InferContext) -> tuple[int, ...]:
 @register(
     "Transpose",
     OpKind.INJECTIVE,
-    evaluate=lambda ctx, xs: (np.transpose(xs[0], _perm(ctx)),),
+    evaluate=lambda ctx, xs: (np.transpose(xs[0], transpose_perm(ctx)),),
 )
 def _transpose(ctx: InferContext) -> tuple[TensorType, ...]:
     shape = ctx.shape(0)
-    return (TensorType(tuple(shape[p] for p in _perm(ctx)), ctx.dtype(0)),)
+    return (TensorType(tuple(shape[p] for p in transpose_perm(ctx)), ctx.dtype(0)),)
 
 
-def _concat_axis(ctx: InferContext) -> int:
+def concat_axis(ctx: InferContext) -> int:
     return ctx.axis(ctx.attr_int("axis"), len(ctx.shape(0)))
 
 
 @register(
     "Concat",
     OpKind.INJECTIVE,
-    evaluate=lambda ctx, xs: (np.concatenate(list(xs), axis=_concat_axis(ctx)),),
+    evaluate=lambda ctx, xs: (np.concatenate(list(xs), axis=concat_axis(ctx)),),
 )
 def _concat(ctx: InferContext) -> tuple[TensorType, ...]:
     if ctx.num_inputs == 0:
@@ -426,7 +426,7 @@ def _concat(ctx: InferContext) -> tuple[TensorType, ...]:
     first = types[0]
     if first.rank == 0:
         raise ctx.error("cannot concatenate scalars (rank-0 inputs)")
-    axis = _concat_axis(ctx)
+    axis = concat_axis(ctx)
     for index, t in enumerate(types[1:], start=1):
         if t.dtype != first.dtype:
             raise ctx.error(f"input {index} has dtype {t.dtype}, input 0 has {first.dtype}")
@@ -466,7 +466,7 @@ def _split_canonicalize(ctx: InferContext, since: int) -> Rewrite:
     return Rewrite((Node(node.name, "Split", inputs, node.outputs, attrs),), consts)
 
 
-def _split_sizes(ctx: InferContext) -> tuple[int, tuple[int, ...]]:
+def split_sizes(ctx: InferContext) -> tuple[int, tuple[int, ...]]:
     shape = ctx.shape(0)
     axis = ctx.axis(ctx.attr_int("axis", 0), len(shape))
     dim = shape[axis]
@@ -492,7 +492,7 @@ def _split_sizes(ctx: InferContext) -> tuple[int, tuple[int, ...]]:
 
 
 def _split_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-    axis, sizes = _split_sizes(ctx)
+    axis, sizes = split_sizes(ctx)
     return tuple(np.split(xs[0], np.cumsum(sizes)[:-1], axis=axis))
 
 
@@ -504,7 +504,7 @@ def _split_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.nda
     params=(1,),
 )
 def _split(ctx: InferContext) -> tuple[TensorType, ...]:
-    axis, sizes = _split_sizes(ctx)
+    axis, sizes = split_sizes(ctx)
     shape = ctx.shape(0)
     return tuple(
         TensorType((*shape[:axis], size, *shape[axis + 1 :]), ctx.dtype(0)) for size in sizes
@@ -528,7 +528,7 @@ def _slice_canonicalize(ctx: InferContext, since: int) -> Rewrite:
     return Rewrite((Node(node.name, "Slice", tuple(inputs), node.outputs, {}),), consts)
 
 
-def _slice_plan(ctx: InferContext) -> tuple[tuple[int, ...], tuple[slice, ...]]:
+def slice_plan(ctx: InferContext) -> tuple[tuple[int, ...], tuple[slice, ...]]:
     """Output shape and the numpy index that computes the slice."""
     shape = ctx.shape(0)
     rank = len(shape)
@@ -561,7 +561,7 @@ def _slice_plan(ctx: InferContext) -> tuple[tuple[int, ...], tuple[slice, ...]]:
 
 
 def _slice_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
-    shape, index = _slice_plan(ctx)
+    shape, index = slice_plan(ctx)
     return (xs[0][index] if 0 not in shape else np.empty(shape, dtype=xs[0].dtype),)
 
 
@@ -573,7 +573,7 @@ def _slice_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.nda
     params=(1, 2, 3, 4),
 )
 def _slice(ctx: InferContext) -> tuple[TensorType, ...]:
-    return (TensorType(_slice_plan(ctx)[0], ctx.dtype(0)),)
+    return (TensorType(slice_plan(ctx)[0], ctx.dtype(0)),)
 
 
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
@@ -599,7 +599,7 @@ def _pad_canonicalize(ctx: InferContext, since: int) -> Rewrite:
     return Rewrite((Node(node.name, "Pad", tuple(inputs), node.outputs, attrs),), consts)
 
 
-def _pad_plan(ctx: InferContext) -> tuple[str, list[tuple[int, int]]]:
+def pad_plan(ctx: InferContext) -> tuple[str, list[tuple[int, int]]]:
     """The mode and (begin, end) pads of every axis."""
     shape = ctx.shape(0)
     rank = len(shape)
@@ -622,7 +622,7 @@ def _pad_plan(ctx: InferContext) -> tuple[str, list[tuple[int, int]]]:
     return mode, widths
 
 
-def _pad_value(ctx: InferContext) -> np.ndarray:
+def pad_value(ctx: InferContext) -> np.ndarray:
     if not ctx.has_input(2):
         return np.zeros((), dtype=ctx.dtype(0))
     value = _scalar(ctx, 2, "constant value")
@@ -632,13 +632,13 @@ def _pad_value(ctx: InferContext) -> np.ndarray:
 
 
 def _pad_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
-    mode, widths = _pad_plan(ctx)
+    mode, widths = pad_plan(ctx)
     x = xs[0]
     crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(widths))
     x = x[crop]
     grow = [(max(b, 0), max(e, 0)) for b, e in widths]
     if mode == "constant":
-        return (np.pad(x, grow, mode="constant", constant_values=_pad_value(ctx)),)
+        return (np.pad(x, grow, mode="constant", constant_values=pad_value(ctx)),)
     return (np.pad(x, grow, mode=mode),)
 
 
@@ -650,9 +650,9 @@ def _pad_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarr
     params=(1, 2, 3),
 )
 def _pad(ctx: InferContext) -> tuple[TensorType, ...]:
-    mode, widths = _pad_plan(ctx)
+    mode, widths = pad_plan(ctx)
     if mode == "constant":
-        _pad_value(ctx)
+        pad_value(ctx)
     shape = tuple(d + b + e for d, (b, e) in zip(ctx.shape(0), widths, strict=True))
     return (TensorType(shape, ctx.dtype(0)),)
 
@@ -706,7 +706,7 @@ def _expand(ctx: InferContext) -> tuple[TensorType, ...]:
     return (TensorType(_expand_shape(ctx), ctx.dtype(0)),)
 
 
-def _repeats(ctx: InferContext) -> tuple[int, ...]:
+def tile_repeats(ctx: InferContext) -> tuple[int, ...]:
     repeats = _vector(ctx, 1, "repeats")
     rank = len(ctx.shape(0))
     if len(repeats) != rank or any(r < 0 for r in repeats):
@@ -717,11 +717,11 @@ def _repeats(ctx: InferContext) -> tuple[int, ...]:
 @register(
     "Tile",
     OpKind.INJECTIVE,
-    evaluate=lambda ctx, xs: (np.tile(xs[0], _repeats(ctx)),),
+    evaluate=lambda ctx, xs: (np.tile(xs[0], tile_repeats(ctx)),),
     params=(1,),
 )
 def _tile(ctx: InferContext) -> tuple[TensorType, ...]:
-    shape = tuple(d * r for d, r in zip(ctx.shape(0), _repeats(ctx), strict=True))
+    shape = tuple(d * r for d, r in zip(ctx.shape(0), tile_repeats(ctx), strict=True))
     return (TensorType(shape, ctx.dtype(0)),)
 
 
