@@ -211,6 +211,7 @@ class _Partitioner:
             if (
                 producer is None
                 or producer.outputs[0] in self.graph.aliases
+                or len([o for o in producer.outputs if o]) != 1  # its other outputs escape
                 or self.kind(producer) not in FUSABLE
                 or self.single_consumer(tensor) is not node
                 or self.sets.find(producer.name) == self.sets.find(node.name)

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
-from .evaluate import evaluate_node
+from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .onnx_io import attribute_value, constant_arrays, onnx_to_dtype
 from .ops import OPS, InferContext
@@ -30,6 +30,8 @@ MIN_OPSET = 7
 CANONICAL_OPSET = 21
 #: values with at most this many elements are propagated during import (shape chains)
 PROPAGATE_LIMIT = 1 << 16
+#: no tensor may have more elements than this (a guard against absurd shapes)
+MAX_ELEMENTS = 1 << 34
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
@@ -61,6 +63,22 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     except (OSError, ValueError) as exc:
         raise ModelError(f"model '{path}' cannot be loaded: {exc}") from exc
     return _nonempty(model, str(path)), path.stem
+
+
+def _check_shape(name: str, shape: object, model: str) -> tuple[int, ...]:
+    """An `input_shapes` entry as a tuple of non-negative ints, or a clear InputError."""
+    bad = InputError(
+        f"input_shapes['{name}'] for model '{model}' must be a sequence of non-negative "
+        f"integers, got {shape!r}"
+    )
+    if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
+        raise bad
+    dims = list(shape)  # type: ignore[call-overload]
+    if not all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise bad
+    return tuple(int(d) for d in dims)
 
 
 def _nonempty(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
@@ -228,7 +246,12 @@ class _Importer:
                 raise InputError(f"bind names '{bound}', which is not an input of model '{name}'")
             what = f"bound input '{bound}' of model '{name}'"
             dtype = onnx_to_dtype(declared[bound].type.tensor_type.elem_type, what)
-            self.constants[bound] = readonly(np.asarray(value, dtype=dtype))
+            try:
+                array = np.asarray(value, dtype=dtype)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"{what}: the value cannot be a {dtype} array: {exc}") from exc
+            self.constants[bound] = readonly(array)
+        self.input_shapes = {k: _check_shape(k, v, name) for k, v in input_shapes.items()}
         self.types: dict[str, TensorType] = {}
         self.values: dict[str, np.ndarray] = {}
         self.taken: set[str] = set()
@@ -396,8 +419,15 @@ class _Importer:
         self.nodes.append(node)
         known = not op.needs_values or all(not i or i in self.values for i in node.inputs)
         small = sum(self.types[o].size for o in live) <= PROPAGATE_LIMIT
+        too_big = [o for o in live if self.types[o].size > MAX_ELEMENTS]
+        if too_big:
+            raise ctx.error(
+                f"output '{too_big[0]}' would have {self.types[too_big[0]].size} elements "
+                f"(shape {list(self.types[too_big[0]].shape)}), more than polytile handles"
+            )
         if known and small:
-            for out, value in zip(node.outputs, evaluate_node(ctx, out_types), strict=False):
+            results = try_evaluate(ctx, list(out_types))
+            for out, value in zip(node.outputs, results or (), strict=False):
                 if out:
                     self.values[out] = readonly(value)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from polytile.errors import InputError
 
-from .evaluate import evaluate_node
+from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .ops import OPS, InferContext, OpKind
 
@@ -91,6 +91,10 @@ def _with_constants(graph: Graph, nodes: list[Node], new: dict[str, np.ndarray])
     return graph.replace(nodes=tuple(nodes), constants=constants, types=types)
 
 
+#: constants larger than this are not materialized when they would grow the model
+FOLD_LIMIT_BYTES = 64 << 20
+
+
 # --- passes ------------------------------------------------------------------------------
 
 
@@ -106,7 +110,16 @@ def fold_constants(graph: Graph) -> Graph:
             continue
         ctx = _context(graph, node, values)
         out_types = [graph.types[o] if o else TensorType((0,), "float32") for o in node.outputs]
-        for name, value in zip(node.outputs, evaluate_node(ctx, out_types), strict=False):
+        out_bytes = sum(t.nbytes for t in out_types)
+        in_bytes = sum(values[i].nbytes for i in node.inputs if i in values)
+        if out_bytes > FOLD_LIMIT_BYTES and out_bytes > in_bytes:
+            kept.append(node)  # e.g. an Expand of a scalar: cheaper to compute at run time
+            continue
+        results = try_evaluate(ctx, out_types)
+        if results is None:
+            kept.append(node)
+            continue
+        for name, value in zip(node.outputs, results, strict=False):
             if name:
                 values[name] = value
                 folded[name] = value
@@ -132,7 +145,7 @@ def eliminate_identities(graph: Graph) -> Graph:
             continue
         producer = graph.producers.get(_resolve(mapping, src))
         src = _resolve(mapping, src)
-        if producer is not None and src not in outputs and src not in renamed_outputs.values():
+        if producer is not None and src not in outputs and src not in renamed_outputs:
             renamed_outputs[src] = dst
         else:
             kept.append(Node(node.name, "Identity", (src,), (dst,), {}))

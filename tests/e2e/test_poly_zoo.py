@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from polytile import zoo
 from polytile.frontend import import_model, optimize, partition
 from polytile.poly.ast import build_ast
 from polytile.poly.default import default_schedule

@@ -181,3 +181,14 @@ def test_group_subgraph_is_a_graph() -> None:
         sub = group.subgraph(parts.graph)
         assert isinstance(sub, Graph)
         assert set(sub.outputs) == set(group.outputs)
+
+
+def test_multi_output_producer_does_not_hide_a_shared_tensor() -> None:
+    """Split's second output is read twice: the Split cannot join its consumer's group."""
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
+        helper.make_node("Mul", ["a", "b"], ["m"]),
+        helper.make_node("Concat", ["m", "b"], ["y"], axis=1),
+    ]
+    parts = partitioned(model(nodes, {"x": (1, 4)}, {"y": (1, 4)}, opset=18))
+    assert groups_by_ops(parts)[0] == ["Split"]

@@ -201,3 +201,52 @@ def test_runtime_parameter_is_reported_and_can_be_bound() -> None:
     assert g.types["y"].shape == (3, 2) and g.inputs == ("x",)
     with pytest.raises(InputError, match="bind"):
         import_model(m, bind={"nope": np.array([3, 2])})
+
+
+@pytest.mark.parametrize("shape", [5, "ab", (2.5, 3), (-2, 3), (True, 3)])
+def test_bad_input_shapes_are_input_errors(shape) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(InputError, match="input_shapes\\['x'\\]"):
+        import_model(m, input_shapes={"x": shape})
+
+
+def test_bad_bound_value_is_an_input_error() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "rs",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(InputError, match="shape"):
+        import_model(m, bind={"shape": "ab"})
+
+
+def test_absurd_shapes_are_shape_errors() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Range", ["a", "b", "c"], ["r"], name="range"),
+            helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[
+            numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("a", 0), ("b", 10**12), ("c", 1))
+        ],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ShapeError, match="range"):
+        import_model(m)

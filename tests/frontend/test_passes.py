@@ -207,3 +207,38 @@ def test_unknown_pass_in_config_is_an_error() -> None:
 def test_every_pass_has_a_reason() -> None:
     assert len({p.name for p in PASSES}) == len(PASSES)
     assert all(p.reason and len(p.reason.splitlines()) == 1 for p in PASSES)
+
+
+def test_one_tensor_returned_under_two_names() -> None:
+    """Two Identity copies of one tensor, both graph outputs: both survive."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["o1"]),
+        helper.make_node("Identity", ["r"], ["o2"]),
+    ]
+    graph = each_prefix(model(nodes, {"x": (2, 3)}, {"o1": (2, 3), "o2": (2, 3)}))
+    assert graph.outputs == ("o1", "o2")
+
+
+def test_folding_does_not_grow_the_model_without_bound() -> None:
+    """A constant Expand to 256 MiB followed by a reduction stays computed at run time."""
+    nodes = [
+        helper.make_node("Expand", ["one", "shape"], ["big"]),
+        helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
+        helper.make_node("Mul", ["x", "s"], ["y"]),
+    ]
+    inits = {"one": np.ones(1, np.float32), "shape": np.array([1024, 1024, 64], np.int64)}
+    graph = optimize(import_model(model(nodes, {"x": (2,)}, {"y": None}, inits, opset=13)))
+    assert "Expand" in graph.op_counts()
+    assert all(v.nbytes < 64 << 20 for v in graph.constants.values())
+
+
+def test_failing_fallback_evaluator_leaves_the_node_unfolded() -> None:
+    """onnx's reference evaluator cannot run a 5-D GlobalMaxPool: no fold, no crash."""
+    value = np.random.default_rng(0).standard_normal((2, 3, 2, 2, 2)).astype(np.float32)
+    nodes = [
+        helper.make_node("GlobalMaxPool", ["c"], ["p"]),
+        helper.make_node("Add", ["x", "p"], ["y"]),
+    ]
+    graph = each_prefix(model(nodes, {"x": (2, 3, 1, 1, 1)}, {"y": None}, {"c": value}, opset=13))
+    assert graph.types["y"].shape == (2, 3, 1, 1, 1)
