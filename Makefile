@@ -8,7 +8,10 @@ BIN    := $(VENV)/bin
 .PHONY: run test lint bench clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "polytile needs Python 3.11 or newer: run make PYTHON=python3.11 ..."; exit 1; }
+	@$(PYTHON) -m venv $(VENV) || \
+		{ echo "creating $(VENV) failed: install the venv module (Debian: python3-venv)"; exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
