@@ -44,6 +44,34 @@ def identifier(name: str) -> str:
     return ident if re.match(r"[A-Za-z]", ident) else f"t_{ident}"
 
 
+def is_atom(text: str) -> bool:
+    """Whether `text` needs no parentheses inside a larger expression."""
+    return text.isidentifier() or text.lstrip("-").isdigit()
+
+
+def parens(text: str) -> str:
+    return text if is_atom(text) else f"({text})"
+
+
+def affine_text(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
+    """Affine text in isl (and Python) syntax: `[(2, 'i'), (1, 'j')], -1` → `2*i + j - 1`
+    (zero coefficients dropped, compound terms parenthesized)."""
+    text = ""
+    for coef, name in terms:
+        if coef == 0:
+            continue
+        mag = name if abs(coef) == 1 else f"{abs(coef)}*{parens(name)}"
+        if not text:
+            text = mag if coef > 0 else f"-{mag}"
+        else:
+            text += f" + {mag}" if coef > 0 else f" - {mag}"
+    if not text:
+        return str(offset)
+    if offset:
+        text += f" + {offset}" if offset > 0 else f" - {-offset}"
+    return text
+
+
 class _Builder:
     """Shared state while lowering one group: names, tensors, statements."""
 

@@ -41,41 +41,14 @@ from polytile.frontend.ops.tensor import (
 
 from ..expr import Cast, Const, Expr, Iter, binary, select, unary
 from ..kernel import Statement
-from .base import LowerContext, lowering
+from .base import LowerContext, affine_text, lowering, parens
 
 # --- affine text ----------------------------------------------------------------------------
 
 
-def _atom(text: str) -> bool:
-    """Whether `text` needs no parentheses inside a larger expression."""
-    return text.isidentifier() or text.lstrip("-").isdigit()
-
-
-def _par(text: str) -> str:
-    return text if _atom(text) else f"({text})"
-
-
-def _lin(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
-    """`[(2, 'i'), (1, 'j')], -1` → `2*i + j - 1` (zero coefficients dropped)."""
-    text = ""
-    for coef, name in terms:
-        if coef == 0:
-            continue
-        mag = name if abs(coef) == 1 else f"{abs(coef)}*{_par(name)}"
-        if not text:
-            text = mag if coef > 0 else f"-{mag}"
-        else:
-            text += f" + {mag}" if coef > 0 else f" - {mag}"
-    if not text:
-        return str(offset)
-    if offset:
-        text += f" + {offset}" if offset > 0 else f" - {-offset}"
-    return text
-
-
 def _floordiv(text: str, divisor: int) -> str:
     """floor(text / divisor) for a positive constant divisor."""
-    return text if divisor == 1 else f"floor({_par(text)}/{divisor})"
+    return text if divisor == 1 else f"floor({parens(text)}/{divisor})"
 
 
 def _mod(text: str, divisor: int) -> str:
@@ -157,7 +130,7 @@ def reshape_index(
         for axis in reversed(group_dst):
             terms.append((stride, target_dims[axis]))
             stride *= target[axis]
-        linear = _lin(list(reversed(terms)))
+        linear = affine_text(list(reversed(terms)))
         stride = size_src
         for position, axis in enumerate(group_src):
             stride //= source[axis]
@@ -207,7 +180,7 @@ def _concat(ctx: LowerContext) -> list[Statement]:
         if size == 0:
             continue
         index = list(dims)
-        index[axis] = _lin([(1, dims[axis])], -offset)
+        index[axis] = affine_text([(1, dims[axis])], -offset)
         where = [f"{dims[axis]} >= {offset}"] if offset else []
         if offset + size < out.shape[axis]:
             where.append(f"{dims[axis]} < {offset + size}")
@@ -227,7 +200,7 @@ def _split(ctx: LowerContext) -> list[Statement]:
         if ctx.node.outputs[k]:
             dims = ctx.dims(ctx.output_type(k).rank)
             index = list(dims)
-            index[axis] = _lin([(1, dims[axis])], offset)
+            index[axis] = affine_text([(1, dims[axis])], offset)
             statements.append(_copy(ctx, index, output=k, base=f"{ctx.node.name}_{k}"))
         offset += size
     return statements
@@ -243,7 +216,7 @@ def _slice(ctx: LowerContext) -> list[Statement]:
     for dim, part in zip(dims, plan, strict=True):
         start = part.start or 0
         step = part.step or 1
-        index.append(_lin([(step, dim)], start))
+        index.append(affine_text([(step, dim)], start))
     return [_copy(ctx, index)]
 
 
@@ -306,7 +279,7 @@ def _pad_pieces(mode: str, dim: str, size: int, begin: int, end: int) -> list[Pi
     low, crop = max(begin, 0), max(-begin, 0)
     inner = size - crop - max(-end, 0)  # the cropped input length (> 0 for these modes)
     high = max(end, 0)
-    mid = _lin([(1, dim)], crop - low)
+    mid = affine_text([(1, dim)], crop - low)
     if low == 0 and high == 0:
         return [((), mid)]
     below, above = f"{dim} < {low}", f"{dim} >= {low + inner}"
@@ -326,26 +299,28 @@ def _pad_pieces(mode: str, dim: str, size: int, begin: int, end: int) -> list[Pi
         if low <= inner and high <= inner:
             pieces = [(inside, mid)]
             if low:
-                pieces.append(((below,), _lin([(1, dim)], crop - low + inner)))
+                pieces.append(((below,), affine_text([(1, dim)], crop - low + inner)))
             if high:
-                pieces.append(((above,), _lin([(1, dim)], crop - low - inner)))
+                pieces.append(((above,), affine_text([(1, dim)], crop - low - inner)))
             return pieces
         # positions further than one period away: (dim - low) mod inner
-        shifted = _lin([(1, dim)], inner * math.ceil(low / inner) - low)
-        return [((), _lin([(1, _mod(shifted, inner))], crop) if crop else _mod(shifted, inner))]
+        shifted = affine_text([(1, dim)], inner * math.ceil(low / inner) - low)
+        return [
+            ((), affine_text([(1, _mod(shifted, inner))], crop) if crop else _mod(shifted, inner))
+        ]
     # reflect (without repeating the edge element); the period is 2 * (inner - 1)
     if low <= inner - 1 and high <= inner - 1:
         pieces = [(inside, mid)]
         if low:
-            pieces.append(((below,), _lin([(-1, dim)], crop + low)))
+            pieces.append(((below,), affine_text([(-1, dim)], crop + low)))
         if high:
-            pieces.append(((above,), _lin([(-1, dim)], crop + low + 2 * inner - 2)))
+            pieces.append(((above,), affine_text([(-1, dim)], crop + low + 2 * inner - 2)))
         return pieces
     period = 2 * (inner - 1)
-    shifted = _lin([(1, dim)], period * math.ceil(low / period) - low)
+    shifted = affine_text([(1, dim)], period * math.ceil(low / period) - low)
     phase = _mod(shifted, period)
-    forward = _lin([(1, _par(phase))], crop)
-    backward = _lin([(-1, _par(phase))], crop + period)
+    forward = affine_text([(1, parens(phase))], crop)
+    backward = affine_text([(-1, parens(phase))], crop + period)
     return [((f"{phase} <= {inner - 1}",), forward), ((f"{phase} >= {inner}",), backward)]
 
 
@@ -392,7 +367,7 @@ def _pad_constant(
             border.append(f"{dims[a]} >= {low + inner}")
     statements = []
     if not empty:
-        index = [_lin([(1, d)], -begin) for d, (begin, _) in zip(dims, widths, strict=True)]
+        index = [affine_text([(1, d)], -begin) for d, (begin, _) in zip(dims, widths, strict=True)]
         statements.append(_copy(ctx, index, where=inside, base=f"{ctx.node.name}_interior"))
     if empty or border:
         name = ctx.statement_name(f"{ctx.node.name}_border")
@@ -641,7 +616,7 @@ def _nearest_pieces(
             for limit in (16, 256, 4096, 1 << 20, None):
                 a, b, d = _affine_rounding(axis, rounding, limit)
                 if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop]):
-                    pieces.append((where, _floordiv(_lin([(a, dim)], b), d)))
+                    pieces.append((where, _floordiv(affine_text([(a, dim)], b), d)))
                     break
             else:
                 index = _clamp(_round_expr(axis.coordinate(dim), rounding), axis.size)

@@ -34,7 +34,7 @@ from polytile.frontend.ops.nn import (
 from ..expr import Cast, Expr, binary, unary
 from ..kernel import Statement
 from ..reference import identity
-from .base import LowerContext, lowering
+from .base import LowerContext, affine_text, lowering
 
 # --- helpers --------------------------------------------------------------------------------
 
@@ -45,24 +45,6 @@ def _spatial(rank: int, prefix: str) -> tuple[str, ...]:
     if letters is not None:
         return tuple(prefix + letter for letter in letters)
     return tuple(f"{prefix or 's'}{i}" for i in range(rank))
-
-
-def _affine(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
-    """Affine text in isl (and Python) syntax: `[(2, 'oh'), (1, 'kh')], -1` → `2*oh + kh - 1`."""
-    text = ""
-    for coef, name in terms:
-        if coef == 0:
-            continue
-        mag = name if abs(coef) == 1 else f"{abs(coef)}*{name}"
-        if not text:
-            text = mag if coef > 0 else f"-{mag}"
-        else:
-            text += f" + {mag}" if coef > 0 else f" - {mag}"
-    if not text:
-        return str(offset)
-    if offset:
-        text += f" + {offset}" if offset > 0 else f" - {-offset}"
-    return text
 
 
 def _within(index: str, low: int, high: int, lowest: int, highest: int) -> list[str]:
@@ -156,7 +138,7 @@ def _group_channel(out: str, per_group_out: int, per_group_in: int, tap: str, gr
     if group == 1:
         return tap
     if per_group_out == 1:
-        return _affine([(per_group_in, out), (1, tap)])
+        return affine_text([(per_group_in, out), (1, tap)])
     scale = "" if per_group_in == 1 else f"{per_group_in}*"
     return f"{scale}floor({out}/{per_group_out}) + {tap}"
 
@@ -177,7 +159,7 @@ def _window_taps(
     index, where = [], []
     for i in range(n):
         s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        pos = _affine([(s, out_dims[i]), (d, taps[i])], -p)
+        pos = affine_text([(s, out_dims[i]), (d, taps[i])], -p)
         index.append(pos)
         highest = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d - p
         where.append(_within(pos, lows[i], highs[i], -p, highest))
@@ -249,7 +231,7 @@ def _conv_transpose(ctx: LowerContext) -> list[Statement]:
     spatial, where = [], []
     for i in range(rank):
         s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        full = _affine([(1, o[i]), (-d, k[i])], p)
+        full = affine_text([(1, o[i]), (-d, k[i])], p)
         lowest = p - (window.kernel[i] - 1) * d
         highest = window.out[i] - 1 + p
         if s == 1:
@@ -742,7 +724,7 @@ def _lrn(ctx: LowerContext) -> list[Statement]:
     dims = ("n", "c", *spatial)
     stat = _acc_dtype(x.dtype)
     before = (size - 1) // 2
-    channel = _affine([(1, "c"), (1, "t")], -before)
+    channel = affine_text([(1, "c"), (1, "t")], -before)
     channels = x.shape[1]
     where = _within(channel, 0, channels, -before, channels - 1 - before + size - 1)
     tap = _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)

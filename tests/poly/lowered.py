@@ -3,7 +3,11 @@ program-order reference executor: the differential harness for lowering."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 from polytile.frontend import Graph, partition
 from polytile.poly.lower import lower
@@ -30,3 +34,55 @@ def run_lowered(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
             if source in env and view not in env:
                 env[view] = env[source].reshape(graph.types[view].shape)
     return [np.asarray(env[name]) for name in graph.outputs]
+
+
+Shape = Sequence[int]
+
+
+def make(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: dict[str, tuple[Shape, str]],
+    outputs: Sequence[str],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = 18,
+    symbolic_outputs: bool = False,
+) -> onnx.ModelProto:
+    """A model whose output dtypes onnx's shape inference fills in. With
+    `symbolic_outputs`, the output sizes are left symbolic: onnx's inference is then not
+    the oracle (it sizes a ceil_mode pool whose last window would start in the padding
+    wrongly)."""
+    graph = helper.make_graph(
+        list(nodes),
+        "lowered",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
+            for k, (s, d) in inputs.items()
+        ],
+        [helper.make_empty_tensor_value_info(k) for k in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    if symbolic_outputs:
+        for out in m.graph.output:
+            for i, dim in enumerate(out.type.tensor_type.shape.dim):
+                dim.dim_param = f"{out.name}_{i}"
+    onnx.checker.check_model(m)
+    return m
+
+
+def feeds_for(inputs: dict[str, tuple[Shape, str]], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, (shape, dtype) in inputs.items():
+        kind = np.dtype(dtype).kind
+        if kind == "b":
+            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif kind in "iu":
+            info = np.iinfo(dtype)
+            low, high = max(info.min, -20), min(info.max, 20)
+            feeds[name] = rng.integers(low, high, size=shape).astype(dtype)
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+    return feeds

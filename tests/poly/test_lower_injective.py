@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from polytile.errors import UnsupportedOpError
@@ -31,51 +31,12 @@ from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower, lower_group
 from polytile.poly.reference import affine, allocate, evaluate, execute_statement, points
 
-Shape = Sequence[int]
+from lowered import Shape, feeds_for, make
+
 F32 = "float32"
 
 
 # --- harness ----------------------------------------------------------------------------------
-
-
-def make(
-    nodes: Sequence[onnx.NodeProto],
-    inputs: dict[str, tuple[Shape, str]],
-    outputs: Sequence[str],
-    initializers: dict[str, np.ndarray] | None = None,
-    opset: int = 18,
-) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        list(nodes),
-        "injective",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
-            for k, (s, d) in inputs.items()
-        ],
-        [helper.make_empty_tensor_value_info(k) for k in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset < 21 else 10
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    onnx.checker.check_model(m)
-    return m
-
-
-def feeds_for(inputs: dict[str, tuple[Shape, str]], seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, (shape, dtype) in inputs.items():
-        kind = np.dtype(dtype).kind
-        if kind == "b":
-            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
-        elif kind in "iu":
-            info = np.iinfo(dtype)
-            low, high = max(info.min, -20), min(info.max, 20)
-            feeds[name] = rng.integers(low, high, size=shape).astype(dtype)
-        else:
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
 
 
 def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:

@@ -7,14 +7,13 @@ original model. Every kernel is also checked to load and store only inside its t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 
 import islpy as isl
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from polytile.frontend import import_model, optimize, partition
@@ -22,52 +21,13 @@ from polytile.poly import isl_helpers as ih
 from polytile.poly.kernel import Kernel
 from polytile.poly.lower import LOWERINGS, lower
 
-from lowered import run_lowered
-
-Shape = Sequence[int]
-
-
-def make(
-    nodes: Sequence[onnx.NodeProto],
-    inputs: dict[str, tuple[Shape, str]],
-    outputs: Sequence[str],
-    initializers: dict[str, np.ndarray] | None = None,
-    opset: int = 18,
-) -> onnx.ModelProto:
-    """A model whose output dtypes onnx's shape inference fills in."""
-    graph = helper.make_graph(
-        list(nodes),
-        "nn",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
-            for k, (s, d) in inputs.items()
-        ],
-        [helper.make_empty_tensor_value_info(k) for k in outputs],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset < 21 else 10
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    for out in m.graph.output:
-        # keep the dtype and rank, not the sizes: onnx's inference is not the oracle here
-        # (it sizes a ceil_mode pool whose last window would start in the padding wrongly)
-        for i, dim in enumerate(out.type.tensor_type.shape.dim):
-            dim.dim_param = f"{out.name}_{i}"
-    onnx.checker.check_model(m)
-    return m
+from lowered import Shape, feeds_for, run_lowered
+from lowered import make as _make
 
 
-def feeds_for(inputs: dict[str, tuple[Shape, str]], seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, (shape, dtype) in inputs.items():
-        if np.dtype(dtype).kind in "iu":
-            info = np.iinfo(dtype)
-            low, high = max(info.min, -20), min(info.max, 20)
-            feeds[name] = rng.integers(low, high, size=shape).astype(dtype)
-        else:
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
+def make(*args: object, **kwargs: object) -> onnx.ModelProto:
+    """Models with symbolic output sizes (see lowered.make)."""
+    return _make(*args, symbolic_outputs=True, **kwargs)  # type: ignore[arg-type]
 
 
 def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:
