@@ -241,8 +241,3 @@ def _clip(ctx: InferContext) -> tuple[TensorType, ...]:
         if ctx.has_input(index) and ctx.shape(index) not in ((), (1,)):
             raise ctx.error(f"input {index} must be a scalar, got shape {list(ctx.shape(index))}")
     return (ctx.type(0),)
-
-
-def make_binary(name: str, op_type: str, a: str, b: str, out: str) -> Node:
-    """A helper for passes that build elementwise nodes."""
-    return Node(name, op_type, (a, b), (out,), {})
