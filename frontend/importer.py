@@ -238,7 +238,6 @@ class _Importer:
         self.name = name
         self.source_opset = opset
         self.opset = max(opset, CANONICAL_OPSET)
-        self.input_shapes = input_shapes
         self.constants: dict[str, np.ndarray] = dict(constant_arrays(model, f"model '{name}'"))
         declared = {v.name: v for v in model.graph.input}
         for bound, value in bind.items():
@@ -329,7 +328,7 @@ class _Importer:
                 raise ShapeError(
                     f"{what} has no shape; pass input_shapes={{'{name}': (...)}} to fix it"
                 )
-            return tuple(int(d) for d in given)
+            return given
         dims = [
             (d.dim_value if d.HasField("dim_value") else None, d.dim_param) for d in ttype.shape.dim
         ]
@@ -344,14 +343,14 @@ class _Importer:
                     f"static shapes: pass input_shapes={{'{name}': {example}}} with the real sizes"
                 )
             return tuple(int(v) for v, _ in dims)
-        shape = tuple(int(d) for d in given)
+        shape = given  # validated by _check_shape
         if len(shape) != len(dims):
             raise InputError(
                 f"input_shapes gives {what} rank {len(shape)}, but the model declares rank "
                 f"{len(dims)}"
             )
         for axis, ((declared, _), actual) in enumerate(zip(dims, shape, strict=True)):
-            if actual < 0 or (declared is not None and declared != actual):
+            if declared is not None and declared != actual:
                 raise InputError(
                     f"input_shapes gives {what} size {actual} on axis {axis}, but the model "
                     f"declares {declared}"

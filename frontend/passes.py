@@ -171,7 +171,8 @@ def _rename_outputs(nodes: list[Node], renames: dict[str, str]) -> list[Node]:
 
 
 def sum_to_add(graph: Graph) -> Graph:
-    """Sum of n inputs becomes a chain of binary Adds, which fuse as elementwise ops."""
+    """Sum of n inputs becomes a chain of binary Adds, which fuse as elementwise ops; a Sum of
+    one input becomes an Identity, which `eliminate_identities` (next) removes."""
     names = _Names(graph)
     nodes: list[Node] = []
     types = dict(graph.types)
@@ -192,8 +193,7 @@ def sum_to_add(graph: Graph) -> Graph:
                 name = node.name if last else names(f"{node.name}/add{index}")
                 nodes.append(Node(name, "Add", (acc, operand), (out,), {}))
                 acc = out
-    graph = graph.replace(nodes=tuple(nodes), types=types)
-    return eliminate_identities(graph) if any(n.op_type == "Identity" for n in nodes) else graph
+    return graph.replace(nodes=tuple(nodes), types=types)
 
 
 def batchnorm_to_affine(graph: Graph) -> Graph:
@@ -385,14 +385,14 @@ PASSES: tuple[Pass, ...] = (
         "weights (ConstantOfShape fills) and shape chains are computed once, at compile time",
     ),
     Pass(
-        "eliminate_identities",
-        eliminate_identities,
-        "Identity and inference Dropout only copy; consumers read the source",
-    ),
-    Pass(
         "sum_to_add",
         sum_to_add,
         "binary Adds are elementwise ops that fuse into the producing conv's tile",
+    ),
+    Pass(
+        "eliminate_identities",
+        eliminate_identities,
+        "Identity and inference Dropout only copy; consumers read the source",
     ),
     Pass(
         "batchnorm_to_affine",

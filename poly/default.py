@@ -14,7 +14,6 @@ and a vectorized inner loop. Every step is checked; an illegal one is skipped.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ from polytile.errors import IllegalSchedule
 
 from . import transform as T
 from .expr import loads
-from .kernel import Kernel, Role, Statement
+from .kernel import Kernel, Role, Statement, mentions
 from .schedule import Loop, Schedule, initial_schedule, statements_below
 
 
@@ -41,12 +40,8 @@ def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
         return schedule
 
 
-def _mentions(text: str, dim: str) -> bool:
-    return re.search(rf"\b{re.escape(dim)}\b", text) is not None
-
-
 def _depends(load_index: tuple, dim: str) -> bool:
-    return any(_mentions(str(i), dim) for i in load_index)
+    return any(mentions(str(i), dim) for i in load_index)
 
 
 def main_statement(kernel: Kernel) -> Statement:

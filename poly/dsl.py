@@ -57,6 +57,7 @@ import islpy as isl
 import numpy as np
 
 from polytile.errors import InputError
+from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
 from .expr import Cast, Const, Expr, Iter, Load, binary, const, loads, select, unary
@@ -531,15 +532,6 @@ def _writes(text: str, tensor: str) -> bool:
     return re.match(rf"\s*{re.escape(tensor)}\s*\[", text) is not None
 
 
-def _unique(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        name = f"{base}_{n}"
-        n += 1
-    taken.add(name)
-    return name
-
-
 def _statement(
     text: str,
     position: int,
@@ -592,10 +584,10 @@ def _statement(
         value = b.retype(value, target.dtype)
     combiner = parsed.combiner
     first_write = not target.writes
-    stmt_name = _unique(tname, taken)
+    stmt_name = unique_name(tname, taken)
     out: list[Statement] = []
     if combiner is not None and first_write:
-        init_name = _unique(f"{stmt_name}_init", taken)
+        init_name = unique_name(f"{stmt_name}_init", taken)
         init_guard = _conjuncts_within(b, parsed.guard, set(lhs_vars))
         init_sizes = [sizes[dims.index(v)] for v in lhs_vars]
         out.append(

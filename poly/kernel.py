@@ -67,7 +67,7 @@ class Statement:
         if self.reduction is None:
             return ()
         used = " ".join(self.index)
-        return tuple(d for d in self.dims if not _mentions(used, d))
+        return tuple(d for d in self.dims if not mentions(used, d))
 
     def domain_set(self) -> isl.Set:
         return ih.parse_set(self.domain)
@@ -92,7 +92,8 @@ class Statement:
         return ih.parse_map(text).intersect_domain(self.domain_set())
 
 
-def _mentions(text: str, name: str) -> bool:
+def mentions(text: str, name: str) -> bool:
+    """Whether the (index) text uses the dimension `name`."""
     return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", text) is not None
 
 

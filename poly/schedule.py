@@ -21,6 +21,7 @@ from typing import Any
 import islpy as isl
 
 from polytile.errors import IllegalSchedule
+from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
 from .kernel import Kernel
@@ -170,7 +171,7 @@ def initial_schedule(kernel: Kernel) -> Schedule:
     # main statements take the plain dim names; init nests are suffixed `_init`
     for s in sorted(kernel.statements, key=lambda s: s.init_of is not None):
         for dim in s.dims:
-            names[s.name, dim] = ih_unique(f"{dim}_init" if s.init_of else dim, taken)
+            names[s.name, dim] = unique_name(f"{dim}_init" if s.init_of else dim, taken)
     body: list[Node] = []
     for s in kernel.statements:
         nest: Node = Leaf(s.name)
@@ -179,15 +180,6 @@ def initial_schedule(kernel: Kernel) -> Schedule:
             nest = Loop(names[s.name, dim], expr, (nest,))
         body.append(nest)
     return Schedule(kernel, tuple(body))
-
-
-def ih_unique(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        name = f"{base}_{n}"
-        n += 1
-    taken.add(name)
-    return name
 
 
 # --- conversion to isl -----------------------------------------------------------------

@@ -18,6 +18,7 @@ import islpy as isl
 import numpy as np
 
 from polytile.errors import IllegalSchedule
+from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
 from .expr import Expr, Load, rewrite
@@ -29,9 +30,9 @@ from .schedule import (
     Schedule,
     Step,
     _outer_map,
+    _sample,
     carried,
     check_order,
-    ih_unique,
     initial_schedule,
     statements_below,
 )
@@ -116,7 +117,7 @@ def split_named(
     known = math.prod(f for f in factors if f is not None)
     sizes = [f if f is not None else max(1, -(-extent // known)) for f in factors]
     taken = _taken(schedule)
-    names = [ih_unique(f"{loop}{i}", taken) for i in range(len(sizes))]
+    names = [unique_name(f"{loop}{i}", taken) for i in range(len(sizes))]
     strides = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
     loops_exprs: list[dict[str, str]] = [{} for _ in sizes]
     for stmt, text in target.exprs.items():
@@ -227,7 +228,7 @@ def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
         for loop, extent in zip(path[1:], extents[1:], strict=True):
             value = value.scale_val(_val(extent)).add(_pw(loop.exprs[stmt]))
         exprs[stmt] = str(value)
-    name = ih_unique("_".join(names) + "_f", _taken(schedule))
+    name = unique_name("_".join(names) + "_f", _taken(schedule))
     fused = Loop(name, exprs, path[-1].body, "")
     body = _replace_top(schedule.body, path[0].name, fused)
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
@@ -385,8 +386,6 @@ def _annotate(schedule: Schedule, loop: str, annotation: str) -> Schedule:
 def _no_carried(schedule: Schedule, loop: str, step: str) -> None:
     deps = carried(schedule, loop, include_reductions=True)
     if not deps.is_empty():
-        from .schedule import _sample
-
         raise IllegalSchedule(f"{step}: loop {loop} carries the dependence {_sample(deps)}")
 
 
@@ -446,7 +445,7 @@ def pack(schedule: Schedule, tensor: str, axis: int, factor: int) -> Schedule:
         raise IllegalSchedule(f"{step}: only a constant tensor can be packed")
     if not 0 <= axis < len(t.shape) or factor < 2:
         raise IllegalSchedule(f"{step}: axis out of range or factor below 2")
-    name = ih_unique(f"{tensor}_packed", set(kernel.tensors))
+    name = unique_name(f"{tensor}_packed", set(kernel.tensors))
     value = pack_constant(np.asarray(t.value), axis, factor)
     packed = Tensor(name, value.shape, t.dtype, Role.CONSTANT, value, source=t.source)
 

@@ -8,18 +8,20 @@ broadcasting, boxes as isl domains and temporaries.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from polytile.errors import UnsupportedOpError
-from polytile.frontend.graph import Graph, Node, TensorType
+from polytile.frontend.graph import Graph, Node, TensorType, unique_name
 from polytile.frontend.ops import InferContext
 
 from .. import isl_helpers as ih
-from ..expr import Const, Expr, Load, const
+from ..expr import Cast, Const, Expr, Load, const
 from ..kernel import Kernel, Role, Statement, Tensor
+from ..reference import identity
 
 Lowering = Callable[["LowerContext"], list[Statement]]
 LOWERINGS: dict[str, Lowering] = {}
@@ -83,13 +85,7 @@ class _Builder:
         self.tensors: dict[str, Tensor] = {}
 
     def fresh(self, base: str) -> str:
-        base = identifier(base)
-        name, n = base, 1
-        while name in self.taken:
-            name = f"{base}_{n}"
-            n += 1
-        self.taken.add(name)
-        return name
+        return unique_name(identifier(base), self.taken)
 
     def tensor_id(self, onnx_name: str) -> str:
         if onnx_name not in self.ids:
@@ -200,6 +196,53 @@ class LowerContext:
     @staticmethod
     def const(value: float | int | bool, dtype: str) -> Const:
         return const(value, dtype)
+
+
+def as_dtype(expr: Expr, dtype: str) -> Expr:
+    return expr if expr.dtype == dtype else Cast(expr, dtype)
+
+
+def reduction(
+    ctx: LowerContext,
+    base: str,
+    out: tuple[Sequence[str], Sequence[int]],
+    red: tuple[Sequence[str], Sequence[int]],
+    tensor: str,
+    index: Sequence[str],
+    expr: Expr,
+    combiner: str,
+    where: Sequence[str] = (),
+    start: Expr | None = None,
+) -> list[Statement]:
+    """The init statement (over the output dims `out`, writing `start`, by default the
+    combiner's identity) and the reduction statement (over `out` then `red`, restricted by
+    `where`) combining `expr` into `tensor[index]`. When nothing is reduced (an empty axis
+    or output) only the start value is written, by a plain statement."""
+    out_dims, out_extents = out
+    red_dims, red_extents = red
+    if start is None:
+        start = const(identity(combiner, expr.dtype), expr.dtype)  # type: ignore[arg-type]
+    start = as_dtype(start, expr.dtype)
+    if math.prod(out_extents) * math.prod(red_extents) == 0:
+        name = ctx.statement_name(f"{base}_empty")
+        domain = ctx.domain(name, out_dims, out_extents)
+        return [Statement(name, tuple(out_dims), domain, tensor, tuple(index), start)]
+    name = ctx.statement_name(base)
+    init = ctx.statement_name(f"{base}_init")
+    dims = (*out_dims, *red_dims)
+    domain = ctx.domain(name, dims, (*out_extents, *red_extents), " and ".join(where))
+    return [
+        Statement(
+            init,
+            tuple(out_dims),
+            ctx.domain(init, out_dims, out_extents),
+            tensor,
+            tuple(index),
+            start,
+            init_of=name,
+        ),
+        Statement(name, dims, domain, tensor, tuple(index), expr, reduction=combiner),
+    ]
 
 
 def lower_group(

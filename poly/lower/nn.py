@@ -33,8 +33,7 @@ from polytile.frontend.ops.nn import (
 
 from ..expr import Cast, Expr, binary, unary
 from ..kernel import Statement
-from ..reference import identity
-from .base import LowerContext, affine_text, lowering
+from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 # --- helpers --------------------------------------------------------------------------------
 
@@ -62,10 +61,6 @@ def _acc_dtype(dtype: str) -> str:
     return "float32" if dtype == "float16" else dtype
 
 
-def _as(expr: Expr, dtype: str) -> Expr:
-    return expr if expr.dtype == dtype else Cast(expr, dtype)
-
-
 def _statement(
     ctx: LowerContext,
     name: str,
@@ -78,42 +73,6 @@ def _statement(
 ) -> Statement:
     domain = ctx.domain(name, dims, extents, " and ".join(where))
     return Statement(name, tuple(dims), domain, tensor, tuple(index), expr)
-
-
-def _reduction(
-    ctx: LowerContext,
-    base: str,
-    out: tuple[Sequence[str], Sequence[int]],
-    red: tuple[Sequence[str], Sequence[int]],
-    tensor: str,
-    index: Sequence[str],
-    expr: Expr,
-    combiner: str,
-    where: Sequence[str] = (),
-    start: Expr | None = None,
-) -> list[Statement]:
-    """The init statement (over the output dims `out`) and the reduction statement (over
-    `out` then `red`, restricted by `where`) combining `expr` into `tensor[index]`."""
-    out_dims, out_extents = out
-    red_dims, red_extents = red
-    name = ctx.statement_name(base)
-    init = ctx.statement_name(f"{base}_init")
-    if start is None:
-        start = ctx.const(identity(combiner, expr.dtype), expr.dtype)  # type: ignore[arg-type]
-    dims = (*out_dims, *red_dims)
-    domain = ctx.domain(name, dims, (*out_extents, *red_extents), " and ".join(where))
-    return [
-        Statement(
-            init,
-            tuple(out_dims),
-            ctx.domain(init, out_dims, out_extents),
-            tensor,
-            tuple(index),
-            _as(start, expr.dtype),
-            init_of=name,
-        ),
-        Statement(name, dims, domain, tensor, tuple(index), expr, reduction=combiner),
-    ]
 
 
 def _accumulator(ctx: LowerContext, out: TensorType) -> str:
@@ -169,6 +128,40 @@ def _window_taps(
 # --- convolutions ------------------------------------------------------------------------------
 
 
+def _convolution_sum(
+    ctx: LowerContext,
+    out: TensorType,
+    out_dims: tuple[str, ...],
+    x_index: Sequence[str],
+    w_index: Sequence[str],
+    taps: tuple[Sequence[str], Sequence[int]],
+    where: Sequence[str],
+) -> list[Statement]:
+    """Y[out_dims] = B[m] + Σ_taps X[x_index] · W[w_index] over the taps in `where`, the sum
+    shared by Conv and ConvTranspose (float16 accumulates in float32)."""
+    acc = _acc_dtype(out.dtype)
+    product = binary(
+        "mul",
+        as_dtype(ctx.load(ctx.node.inputs[0], x_index), acc),
+        as_dtype(ctx.load(ctx.node.inputs[1], w_index), acc),
+    )
+    bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
+    target = _accumulator(ctx, out)
+    sum_ = reduction(
+        ctx,
+        ctx.node.name,
+        (out_dims, out.shape),
+        taps,
+        target,
+        out_dims,
+        product,
+        "sum",
+        where,
+        start=bias,
+    )
+    return [*sum_, *_store(ctx, target, out_dims, out)]
+
+
 @lowering("Conv")
 def _conv(ctx: LowerContext) -> list[Statement]:
     """Y[n, m, oh, ow] = B[m] + Σ_{c, kh, kw} X[n, g*C/G + c, oh*s + kh*d - p, ...] W[m, c, kh, kw]
@@ -183,29 +176,9 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     channel = _group_channel("m", per_group_out, per_group_in, "c", group)
     spatial, bounds = _window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
-    acc = _acc_dtype(out.dtype)
-    product = binary(
-        "mul",
-        _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), acc),
-        _as(ctx.load(ctx.node.inputs[1], ("m", "c", *k)), acc),
-    )
-    bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
-    target = _accumulator(ctx, out)
-    return [
-        *_reduction(
-            ctx,
-            ctx.node.name,
-            (out_dims, out.shape),
-            (("c", *k), (per_group_in, *w.shape[2:])),
-            target,
-            out_dims,
-            product,
-            "sum",
-            where,
-            start=bias,
-        ),
-        *_store(ctx, target, out_dims, out),
-    ]
+    x_index = ("n", channel, *spatial)
+    taps = (("c", *k), (per_group_in, *w.shape[2:]))
+    return _convolution_sum(ctx, out, out_dims, x_index, ("m", "c", *k), taps, where)
 
 
 @lowering("ConvTranspose")
@@ -242,29 +215,10 @@ def _conv_transpose(ctx: LowerContext) -> list[Statement]:
             spatial.append(f"floor(({full})/{s})")
             bounds = [f"{q} >= 0", f"{q} < {x.shape[2 + i]}"]
             where.append(f"exists ({q}: {full} = {s}*{q} and {' and '.join(bounds)})")
-    acc = _acc_dtype(out.dtype)
-    product = binary(
-        "mul",
-        _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), acc),
-        _as(ctx.load(ctx.node.inputs[1], (channel, filter_channel, *k)), acc),
-    )
-    bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
-    target = _accumulator(ctx, out)
-    return [
-        *_reduction(
-            ctx,
-            ctx.node.name,
-            (out_dims, out.shape),
-            (("c", *k), (per_group_in, *w.shape[2:])),
-            target,
-            out_dims,
-            product,
-            "sum",
-            where,
-            start=bias,
-        ),
-        *_store(ctx, target, out_dims, out),
-    ]
+    x_index = ("n", channel, *spatial)
+    w_index = (channel, filter_channel, *k)
+    taps = (("c", *k), (per_group_in, *w.shape[2:]))
+    return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
 
 
 # --- matrix products ------------------------------------------------------------------------
@@ -296,12 +250,12 @@ def _matmul(ctx: LowerContext) -> list[Statement]:
     acc = _acc_dtype(out.dtype)
     product = binary(
         "mul",
-        _as(ctx.load(ctx.node.inputs[0], a_index), acc),
-        _as(ctx.load(ctx.node.inputs[1], b_index), acc),
+        as_dtype(ctx.load(ctx.node.inputs[0], a_index), acc),
+        as_dtype(ctx.load(ctx.node.inputs[1], b_index), acc),
     )
     target = _accumulator(ctx, out)
     return [
-        *_reduction(
+        *reduction(
             ctx,
             ctx.node.name,
             (out_dims, out.shape),
@@ -328,18 +282,18 @@ def _gemm(ctx: LowerContext) -> list[Statement]:
     depth = a.shape[0] if trans_a else a.shape[1]
     a_load = ctx.load(ctx.node.inputs[0], ("k", "i") if trans_a else ("i", "k"))
     b_load = ctx.load(ctx.node.inputs[1], ("j", "k") if trans_b else ("k", "j"))
-    product: Expr = binary("mul", _as(a_load, acc), _as(b_load, acc))
+    product: Expr = binary("mul", as_dtype(a_load, acc), as_dtype(b_load, acc))
     if alpha != 1.0:
         product = binary("mul", ctx.const(alpha, acc), product)
     dims = ("i", "j")
     start: Expr = ctx.const(0, acc)
     if ctx.has_input(2) and beta != 0.0:
-        start = _as(ctx.broadcast_load(ctx.node.inputs[2], dims, out.shape), acc)
+        start = as_dtype(ctx.broadcast_load(ctx.node.inputs[2], dims, out.shape), acc)
         if beta != 1.0:
             start = binary("mul", ctx.const(beta, acc), start)
     target = _accumulator(ctx, out)
     return [
-        *_reduction(
+        *reduction(
             ctx,
             ctx.node.name,
             (dims, out.shape),
@@ -390,7 +344,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
             "0" if size == 1 and sizes[dim] != 1 else dim
             for dim, size in zip(axes(term, len(shape)), shape, strict=True)
         ]
-        load = _as(ctx.load(name, index), acc)
+        load = as_dtype(ctx.load(name, index), acc)
         product = load if product is None else binary("mul", product, load)
     assert product is not None
     target = _accumulator(ctx, out)
@@ -398,7 +352,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
         name = ctx.statement_name()
         statements = [_statement(ctx, name, out_dims, out.shape, target, out_dims, product)]
     else:
-        statements = _reduction(
+        statements = reduction(
             ctx,
             ctx.node.name,
             (out_dims, out.shape),
@@ -441,7 +395,7 @@ def _pool(ctx: LowerContext) -> list[Statement]:
     where = [c for axis in bounds for c in axis]
     value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
     if ctx.node.op_type == "MaxPool":
-        return _reduction(
+        return reduction(
             ctx,
             ctx.node.name,
             (out_dims, out.shape),
@@ -467,7 +421,7 @@ def _pool(ctx: LowerContext) -> list[Statement]:
             constant *= int(counts[0]) if len(counts) else 1
             continue
         count = ctx.temp(f"taps_{o[i]}", (window.out[i],), acc)
-        statements += _reduction(
+        statements += reduction(
             ctx,
             f"{ctx.node.name}_count_{o[i]}",
             ((o[i],), (window.out[i],)),
@@ -480,14 +434,14 @@ def _pool(ctx: LowerContext) -> list[Statement]:
         )
         factors.append(ctx.load_temp(count, (o[i],)))
     total = ctx.temp("sum", out.shape, acc)
-    statements += _reduction(
+    statements += reduction(
         ctx,
         f"{ctx.node.name}_reduce_sum",
         (out_dims, out.shape),
         taps,
         total,
         out_dims,
-        _as(value, acc),
+        as_dtype(value, acc),
         "sum",
         where,
     )
@@ -496,7 +450,7 @@ def _pool(ctx: LowerContext) -> list[Statement]:
         divisor = factor if divisor is None else binary("mul", divisor, factor)
     assert divisor is not None
     name = ctx.statement_name()
-    mean = _as(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
+    mean = as_dtype(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
     statements.append(_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
     return statements
 
@@ -511,24 +465,24 @@ def _global_pool(ctx: LowerContext, combiner: str) -> list[Statement]:
     value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
     red = (spatial, x.shape[2:])
     if combiner == "max":
-        return _reduction(
+        return reduction(
             ctx, ctx.node.name, (out_dims, x.shape[:2]), red, ctx.output(), out_index, value, "max"
         )
     acc = _acc_dtype(out.dtype)
     total = ctx.temp("sum", x.shape[:2], acc)
-    statements = _reduction(
+    statements = reduction(
         ctx,
         f"{ctx.node.name}_reduce_sum",
         (out_dims, x.shape[:2]),
         red,
         total,
         out_dims,
-        _as(value, acc),
+        as_dtype(value, acc),
         "sum",
     )
     name = ctx.statement_name()
     size = ctx.const(math.prod(x.shape[2:]), acc)
-    mean = _as(binary("div", ctx.load_temp(total, out_dims), size), out.dtype)
+    mean = as_dtype(binary("div", ctx.load_temp(total, out_dims), size), out.dtype)
     statements.append(
         Statement(
             name, out_dims, ctx.domain(name, out_dims, x.shape[:2]), ctx.output(), out_index, mean
@@ -554,16 +508,16 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
     outer = dims[:axis] + dims[axis + 1 :]
     outer_shape = x.shape[:axis] + x.shape[axis + 1 :]
     stat = _acc_dtype(x.dtype)
-    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     red = ((dims[axis],), (x.shape[axis],))
     peak = ctx.temp("max", outer_shape, stat)
     total = ctx.temp("sum", outer_shape, stat)
     shifted = binary("sub", value, ctx.load_temp(peak, outer))
     statements = [
-        *_reduction(
+        *reduction(
             ctx, f"{ctx.node.name}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
         ),
-        *_reduction(
+        *reduction(
             ctx,
             f"{ctx.node.name}_reduce_sum",
             (outer, outer_shape),
@@ -580,7 +534,7 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
         result = binary("div", unary("exp", shifted), ctx.load_temp(total, outer))
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements
 
@@ -605,7 +559,7 @@ def _moments(
     stat = value.dtype
     count = ctx.const(float(math.prod(red[1])), stat)
     total = ctx.temp("sum", outer_shape, stat)
-    statements = _reduction(
+    statements = reduction(
         ctx, f"{ctx.node.name}_reduce_sum", outer, red, total, outer_dims, value, "sum"
     )
     name = ctx.statement_name(f"{ctx.node.name}_average")
@@ -613,7 +567,7 @@ def _moments(
     statements.append(_statement(ctx, name, outer_dims, outer_shape, mean[0], mean[1], average))
     centered = binary("sub", value, ctx.load_temp(mean[0], mean[1]))
     squares = ctx.temp("squares", outer_shape, stat)
-    statements += _reduction(
+    statements += reduction(
         ctx,
         f"{ctx.node.name}_reduce_squares",
         outer,
@@ -662,7 +616,7 @@ def _layer_norm(ctx: LowerContext) -> list[Statement]:
     outer = (dims[:axis], x.shape[:axis])
     red = (dims[axis:], x.shape[axis:])
     stat = "float32"  # stash_type 1
-    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     kept = x.rank - axis
     mean = _statistic(ctx, 1, "mean", dims[:axis], x.shape[:axis], kept, stat)
     inv_std = _statistic(ctx, 2, "inv_std", dims[:axis], x.shape[:axis], kept, stat)
@@ -673,7 +627,7 @@ def _layer_norm(ctx: LowerContext) -> list[Statement]:
         ctx.load_temp(inv_std[0], inv_std[1]),
     )
     result = binary(
-        "mul", _as(normalized, x.dtype), ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
+        "mul", as_dtype(normalized, x.dtype), ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
     )
     if ctx.has_input(2):
         result = binary("add", result, ctx.broadcast_load(ctx.node.inputs[2], dims, x.shape))
@@ -691,13 +645,13 @@ def _instance_norm(ctx: LowerContext) -> list[Statement]:
     spatial = _spatial(x.rank - 2, "")
     dims = ("n", "c", *spatial)
     stat = _acc_dtype(x.dtype)
-    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     outer = (("n", "c"), x.shape[:2])
     mean = (ctx.temp("mean", x.shape[:2], stat), ("n", "c"))
     inv_std = (ctx.temp("inv_std", x.shape[:2], stat), ("n", "c"))
     statements = _moments(ctx, value, outer, (spatial, x.shape[2:]), mean, inv_std, epsilon)
-    scale = _as(ctx.load(ctx.node.inputs[1], ("c",)), stat)
-    bias = _as(ctx.load(ctx.node.inputs[2], ("c",)), stat)
+    scale = as_dtype(ctx.load(ctx.node.inputs[1], ("c",)), stat)
+    bias = as_dtype(ctx.load(ctx.node.inputs[2], ("c",)), stat)
     normalized = binary(
         "mul",
         binary("sub", value, ctx.load_temp(*mean)),
@@ -706,7 +660,7 @@ def _instance_norm(ctx: LowerContext) -> list[Statement]:
     result = binary("add", binary("mul", normalized, scale), bias)
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements
 
@@ -727,9 +681,9 @@ def _lrn(ctx: LowerContext) -> list[Statement]:
     channel = affine_text([(1, "c"), (1, "t")], -before)
     channels = x.shape[1]
     where = _within(channel, 0, channels, -before, channels - 1 - before + size - 1)
-    tap = _as(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)
+    tap = as_dtype(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)
     squares = ctx.temp("square_sum", x.shape, stat)
-    statements = _reduction(
+    statements = reduction(
         ctx,
         f"{ctx.node.name}_reduce_squares",
         (dims, x.shape),
@@ -742,10 +696,10 @@ def _lrn(ctx: LowerContext) -> list[Statement]:
     )
     c = lambda v: ctx.const(v, stat)  # noqa: E731
     scaled = binary("add", c(bias), binary("mul", c(alpha / size), ctx.load_temp(squares, dims)))
-    value = _as(ctx.load(ctx.node.inputs[0], dims), stat)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     result = binary("div", value, binary("pow", scaled, c(beta)))
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, _as(result, x.dtype))
+        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements

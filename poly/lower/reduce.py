@@ -24,74 +24,10 @@ import numpy as np
 
 from polytile.frontend.ops.reduce import reduced_axes
 
-from ..expr import Cast, Const, Expr, Iter, binary, select, unary
+from ..expr import Const, Expr, Iter, binary, select, unary
 from ..kernel import Statement
 from ..reference import identity
-from .base import LowerContext, lowering
-
-
-def _as(expr: Expr, dtype: str) -> Expr:
-    return expr if expr.dtype == dtype else Cast(expr, dtype)
-
-
-def _start(combiner: str, dtype: str) -> Const:
-    """The combiner's identity in `dtype` (a bool max starts from False)."""
-    if np.dtype(dtype).kind == "b":
-        return Const(combiner == "min", dtype)
-    value = identity(combiner, dtype)
-    return Const(value.item() if hasattr(value, "item") else value, dtype)  # type: ignore[arg-type]
-
-
-def _reduction(
-    ctx: LowerContext,
-    base: str,
-    outer: tuple[Sequence[str], Sequence[int]],
-    red: tuple[Sequence[str], Sequence[int]],
-    tensor: str,
-    index: Sequence[str],
-    expr: Expr,
-    combiner: str,
-) -> list[Statement]:
-    """The init statement over the `outer` dims and the reduction statement over `outer`
-    then `red` combining `expr` into `tensor[index]`. When nothing is reduced (an empty
-    axis, or an empty output) only the identity is written, by a plain statement."""
-    outer_dims, outer_shape = outer
-    red_dims, red_shape = red
-    if math.prod(outer_shape) * math.prod(red_shape) == 0:
-        name = ctx.statement_name(f"{base}_empty")
-        return [
-            Statement(
-                name,
-                tuple(outer_dims),
-                ctx.domain(name, outer_dims, outer_shape),
-                tensor,
-                tuple(index),
-                _start(combiner, expr.dtype),
-            )
-        ]
-    name = ctx.statement_name(base)
-    init = ctx.statement_name(f"{base}_init")
-    dims = (*outer_dims, *red_dims)
-    return [
-        Statement(
-            init,
-            tuple(outer_dims),
-            ctx.domain(init, outer_dims, outer_shape),
-            tensor,
-            tuple(index),
-            _start(combiner, expr.dtype),
-            init_of=name,
-        ),
-        Statement(
-            name,
-            dims,
-            ctx.domain(name, dims, (*outer_shape, *red_shape)),
-            tensor,
-            tuple(index),
-            expr,
-            reduction=combiner,
-        ),
-    ]
+from .base import LowerContext, as_dtype, lowering, reduction
 
 
 def _layout(
@@ -119,24 +55,24 @@ def _reduce(
         # ReduceL2 that is sqrt(x * x), as onnxruntime and onnx's reference compute it)
         dims = ctx.dims(x.rank)
         name = ctx.statement_name()
-        value = _as(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
+        value = as_dtype(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
         if square:
             value = binary("mul", value, value)
         if finish is not None:
             value = finish(value, 1)
         domain = ctx.domain(name, dims, x.shape)
-        return [Statement(name, dims, domain, ctx.output(), dims, _as(value, out.dtype))]
+        return [Statement(name, dims, domain, ctx.output(), dims, as_dtype(value, out.dtype))]
     keep = bool(int(ctx.attr("keepdims", 1)))  # type: ignore[arg-type]
     dims, outer, kept, reduced, out_index = _layout(ctx, axes, keep)
     outer_shape = [x.shape[a] for a in kept]
     red = (tuple(dims[a] for a in reduced), [x.shape[a] for a in reduced])
-    value = _as(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
     if square:
         value = binary("mul", value, value)
     direct = finish is None and acc_dtype == out.dtype
     target = ctx.output() if direct else ctx.temp(combiner, outer_shape, acc_dtype)
     index = out_index if direct else outer
-    statements = _reduction(
+    statements = reduction(
         ctx,
         f"{ctx.node.name}_reduce_{combiner}",
         (outer, outer_shape),
@@ -152,7 +88,7 @@ def _reduce(
             result = finish(result, math.prod(x.shape[a] for a in reduced))
         name = ctx.statement_name()
         domain = ctx.domain(name, outer, outer_shape)
-        expr = _as(result, out.dtype)
+        expr = as_dtype(result, out.dtype)
         statements.append(Statement(name, outer, domain, ctx.output(), out_index, expr))
     return statements
 
@@ -206,16 +142,16 @@ def _argmax(ctx: LowerContext) -> list[Statement]:
     red = ((dims[axis],), [x.shape[axis]])
     value = ctx.load(ctx.node.inputs[0], dims)
     peak = ctx.temp("max", outer_shape, x.dtype)
-    statements = _reduction(
+    statements = reduction(
         ctx, f"{ctx.node.name}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
     )
     hit = binary("eq", value, ctx.load_temp(peak, outer))
     if np.dtype(x.dtype).kind == "f":
         hit = binary("or", hit, binary("ne", value, value))  # NaN: the maximum is NaN
     combiner = "max" if last else "min"
-    sentinel = _start(combiner, "int64")
+    sentinel = ctx.const(identity(combiner, "int64"), "int64")  # type: ignore[arg-type]
     position = select(hit, Iter(dims[axis], "int64"), sentinel)
-    statements += _reduction(
+    statements += reduction(
         ctx,
         f"{ctx.node.name}_reduce_index",
         (outer, outer_shape),

@@ -3,11 +3,14 @@ program-order reference executor: the differential harness for lowering."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from polytile.frontend import Graph, partition
 from polytile.poly.lower import lower
@@ -86,3 +89,15 @@ def feeds_for(inputs: dict[str, tuple[Shape, str]], seed: int = 0) -> dict[str, 
         else:
             feeds[name] = rng.standard_normal(shape).astype(dtype)
     return feeds
+
+
+def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:
+    """The model's outputs from onnxruntime ("ort") or onnx's reference evaluator."""
+    if oracle == "ort":
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ReferenceEvaluator(m).run(None, feeds)

@@ -10,16 +10,13 @@ the output). Each kernel also gets its dependences, default schedule and AST."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import islpy as isl
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from polytile.errors import UnsupportedOpError
 from polytile.frontend import Graph, import_model, optimize, partition
@@ -31,23 +28,12 @@ from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower, lower_group
 from polytile.poly.reference import affine, allocate, evaluate, execute_statement, points
 
-from lowered import Shape, feeds_for, make
+from lowered import Shape, feeds_for, make, reference
 
 F32 = "float32"
 
 
 # --- harness ----------------------------------------------------------------------------------
-
-
-def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:
-    if oracle == "ort":
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
-        return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ReferenceEvaluator(m).run(None, feeds)
 
 
 def assert_affine_in_bounds(kernel: Kernel) -> None:

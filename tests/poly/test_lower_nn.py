@@ -6,39 +6,24 @@ original model. Every kernel is also checked to load and store only inside its t
 
 from __future__ import annotations
 
-import warnings
-
 import islpy as isl
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from polytile.frontend import import_model, optimize, partition
 from polytile.poly import isl_helpers as ih
 from polytile.poly.kernel import Kernel
 from polytile.poly.lower import LOWERINGS, lower
 
-from lowered import Shape, feeds_for, run_lowered
+from lowered import Shape, feeds_for, reference, run_lowered
 from lowered import make as _make
 
 
 def make(*args: object, **kwargs: object) -> onnx.ModelProto:
     """Models with symbolic output sizes (see lowered.make)."""
     return _make(*args, symbolic_outputs=True, **kwargs)  # type: ignore[arg-type]
-
-
-def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:
-    if oracle == "ort":
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
-        return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ReferenceEvaluator(m).run(None, feeds)
 
 
 def assert_in_bounds(kernel: Kernel) -> None:
