@@ -15,9 +15,25 @@ _LAZY = {
     "kernel_from_node": ("polytile.poly.dsl", "kernel_from_node"),
     "ScheduleHandle": ("polytile.poly.api", "ScheduleHandle"),
     "default_schedule": ("polytile.poly.default", "default_schedule"),
+    "compile": ("polytile.compiler", "compile"),
+    "load": ("polytile.runtime", "load"),
+    "CompiledModel": ("polytile.runtime", "CompiledModel"),
+    "InferenceSession": ("polytile.session", "InferenceSession"),
+    "SessionOptions": ("polytile.session", "SessionOptions"),
 }
 
-__all__ = ["ScheduleHandle", "__version__", "default_schedule", "kernel", "kernel_from_node"]
+__all__ = [
+    "CompiledModel",
+    "InferenceSession",
+    "ScheduleHandle",
+    "SessionOptions",
+    "__version__",
+    "compile",
+    "default_schedule",
+    "kernel",
+    "kernel_from_node",
+    "load",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,124 @@
+"""LLVM IR → optimized machine code: in memory (MCJIT), as an object file, or as a shared
+library when the system has a linker."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from polytile.errors import CodegenError
+
+from .target import Target, _init_llvm, openmp_library
+
+
+def function_attributes(target: Target) -> str:
+    bits = target.vector_bits
+    return (
+        f'"target-cpu"="{target.cpu}" "target-features"="{target.features}" '
+        f'"prefer-vector-width"="{bits}" "min-legal-vector-width"="{bits}"'
+    )
+
+
+def finalize(module: ir.Module, target: Target) -> str:
+    """The module's IR text with the target and the vector width on every definition."""
+    module.triple = target.triple
+    text = str(module)
+    text = re.sub(r"^(define [^\n]*\))([^\n{]*)$", r"\1\2 #0", text, flags=re.M)
+    return f"{text}\nattributes #0 = {{ {function_attributes(target)} }}\n"
+
+
+def optimize(text: str, target: Target) -> llvm.ModuleRef:
+    _init_llvm()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as err:
+        raise CodegenError(f"generated LLVM IR is invalid: {err}") from None
+    machine = target.machine()
+    mod.data_layout = str(machine.target_data)
+    options = llvm.create_pipeline_tuning_options(speed_level=min(target.opt_level, 3))
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(mod, builder)
+    return mod
+
+
+@functools.cache
+def _load_runtime() -> None:
+    library = openmp_library()
+    if library is not None:
+        llvm.load_library_permanently(library)
+
+
+class JitModule:
+    """Machine code of one module, loaded into this process."""
+
+    def __init__(self, mod: llvm.ModuleRef, target: Target, obj: bytes | None = None) -> None:
+        _load_runtime()
+        self.target = target
+        machine = target.machine()
+        self._machine = machine
+        if obj is None:
+            self.engine = llvm.create_mcjit_compiler(mod, machine)
+        else:
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        self.engine.run_static_constructors()
+        self._module = mod
+        self.set_threads(target.num_threads)
+
+    def address(self, name: str) -> int:
+        address = self.engine.get_function_address(name)
+        if not address:
+            raise CodegenError(f"the compiled module has no function '{name}'")
+        return address
+
+    def set_threads(self, count: int) -> None:
+        address = self.engine.get_global_value_address("polytile_num_threads")
+        if address:
+            ctypes.c_int32.from_address(address).value = max(1, int(count))
+
+
+def emit_object(mod: llvm.ModuleRef, target: Target, pic: bool = False) -> bytes:
+    return target.machine(reloc="pic" if pic else "default").emit_object(mod)
+
+
+def emit_assembly(mod: llvm.ModuleRef, target: Target) -> str:
+    return target.machine().emit_assembly(mod)
+
+
+def linker() -> str | None:
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def link_shared(obj: bytes, path: str, extra_objects: list[str] | None = None) -> None:
+    """Link an object (position-independent) into a shared library with the system's C
+    compiler driver, against libgomp and libm."""
+    cc = linker()
+    if cc is None:
+        raise CodegenError(
+            "export_library needs a system linker (cc, gcc or clang) and none was found; "
+            "use save() for a portable artifact instead"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        obj_path = os.path.join(tmp, "model.o")
+        with open(obj_path, "wb") as f:
+            f.write(obj)
+        libs = []
+        gomp = openmp_library()
+        if gomp is not None:
+            libs = [gomp, f"-Wl,-rpath,{os.path.dirname(gomp)}"]
+        cmd = [cc, "-shared", "-o", path, obj_path, *(extra_objects or []), *libs, "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise CodegenError(f"linking {path} failed: {done.stderr.strip()[:2000]}")

@@ -1,0 +1,787 @@
+"""A kernel under a schedule → one LLVM function, `void name(ptr noalias t0, ...)` with one
+pointer per tensor in `kernel.tensors` order.
+
+The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
+- `vector`: explicit vector code. Each address's stride along the loop is decided
+  exactly by isl (`poly.strides`): stride 1 is a vector load / store, 0 a broadcast,
+  others gather lane by lane; a statement without uniform strides (or with an indirect
+  load) runs lane by lane. A scalar loop finishes the iterations a full vector misses.
+- `unroll`: the body is emitted once per iteration when the trip count is a constant.
+- `parallel`: the loop body is outlined and run by `GOMP_parallel` in static chunks.
+
+Floating point follows the expressions exactly; only `contract` (FMA) is allowed.
+Integer division by zero yields 0 instead of trapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from polytile.errors import CodegenError
+from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
+from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
+from polytile.poly.kernel import Kernel, Statement
+from polytile.poly.quasi import parse_index
+from polytile.poly.schedule import Schedule
+from polytile.poly.strides import lane_strides
+
+from .llvm_types import I1, I8, I32, I64, PTR, ModuleContext, kind, memory_type, value_type
+
+FAST = ("contract",)
+#: unroll marks on loops with more iterations than this stay loops
+MAX_UNROLL = 64
+
+Env = dict[str, ir.Value]
+
+
+@dataclass(frozen=True)
+class KernelFunction:
+    name: str
+    #: tensor names in argument order
+    params: tuple[str, ...]
+
+
+def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
+    """The row-major element offset of an index, as quasi-affine text."""
+    terms = []
+    stride = 1
+    for size, entry in zip(reversed(shape), reversed(index), strict=True):
+        terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
+        stride *= size
+    return " + ".join(reversed(terms)) if terms else "0"
+
+
+def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunction:
+    kernel = schedule.kernel
+    params = tuple(kernel.tensors)
+    fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * len(params)), name=name)
+    for arg in fn.args:
+        arg.add_attribute("noalias")
+    fn.attributes.add("nounwind")
+    emitter = _Emitter(mc, schedule, fn, dict(zip(params, fn.args, strict=True)), name)
+    emitter.node(build_ast(schedule), {})
+    emitter.b.ret_void()
+    return KernelFunction(name, params)
+
+
+@dataclass
+class _Shared:
+    """What the emitters of one kernel (the function and its outlined bodies) share."""
+
+    strides: dict[tuple[str, str], dict[str, int | None] | None] = field(default_factory=dict)
+
+
+class _Emitter:
+    def __init__(
+        self,
+        mc: ModuleContext,
+        schedule: Schedule,
+        fn: ir.Function,
+        ptrs: Mapping[str, ir.Value],
+        base: str,
+        in_parallel: bool = False,
+        shared: _Shared | None = None,
+    ) -> None:
+        self.mc = mc
+        self.schedule = schedule
+        self.kernel: Kernel = schedule.kernel
+        self.fn = fn
+        self.ptrs = dict(ptrs)
+        self.base = base
+        self.in_parallel = in_parallel
+        self.shared = shared or _Shared()
+        entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
+        self.b = ir.IRBuilder(entry)
+
+    # --- loop structure ---------------------------------------------------------------
+    def node(self, node: AstNode, env: Env) -> None:
+        if isinstance(node, Block):
+            for item in node.items:
+                self.node(item, env)
+        elif isinstance(node, Mark):
+            self.node(node.body, env)
+        elif isinstance(node, If):
+            cond = self.cond(node.cond, env)
+            if node.orelse is None:
+                with self.b.if_then(cond):
+                    self.node(node.then, env)
+            else:
+                with self.b.if_else(cond) as (then, otherwise):
+                    with then:
+                        self.node(node.then, env)
+                    with otherwise:
+                        self.node(node.orelse, env)
+        elif isinstance(node, For):
+            self.loop(node, env)
+        elif isinstance(node, Call):
+            self.call(node, env)
+        else:
+            raise CodegenError(f"kernel {self.kernel.name}: unknown AST node {node!r}")
+
+    def loop(self, node: For, env: Env) -> None:
+        serial_only = self.in_parallel or not self.mc.threading
+        if node.annotation == "parallel" and not serial_only and self.parallel_loop(node, env):
+            return
+        if node.annotation == "vector" and self.vector_loop(node, env):
+            return
+        if node.annotation == "unroll" and self.unrolled_loop(node, env):
+            return
+        self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
+
+    def body_of(self, node: For) -> Callable[[Env], None]:
+        return lambda env: self.node(node.body, env)
+
+    def serial_loop(
+        self,
+        node: For,
+        env: Env,
+        start: ir.Value,
+        cond: AstExpr,
+        lanes: int,
+        body: Callable[[Env], None],
+    ) -> ir.Value:
+        """`for (v = start; cond(v + lanes - 1); v += lanes*inc) body`; returns the value
+        of v when the loop exits."""
+        b = self.b
+        pre = b.block
+        header = b.append_basic_block(f"{node.var}.head")
+        inner = b.append_basic_block(f"{node.var}.body")
+        done = b.append_basic_block(f"{node.var}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        v = b.phi(I64, name=node.var)
+        v.add_incoming(start, pre)
+        last = v if lanes == 1 else b.add(v, ir.Constant(I64, lanes - 1), flags=["nsw"])
+        b.cbranch(self.cond(cond, {**env, node.var: last}), inner, done)
+        b.position_at_end(inner)
+        scope = {**env, node.var: v}
+        body(scope)
+        step = self.int(node.inc, scope)
+        if lanes != 1:
+            step = b.mul(step, ir.Constant(I64, lanes), flags=["nsw"])
+        v.add_incoming(b.add(v, step, flags=["nsw"]), b.block)
+        b.branch(header)
+        b.position_at_end(done)
+        return v
+
+    def unrolled_loop(self, node: For, env: Env) -> bool:
+        bound = _upper(node)
+        if not isinstance(node.init, Int) or not isinstance(node.inc, Int) or bound is None:
+            return False
+        limit = _constant_bound(bound)
+        if limit is None or node.inc.value <= 0:
+            return False
+        values = range(node.init.value, limit, node.inc.value)
+        if len(values) > MAX_UNROLL:
+            return False
+        exact = isinstance(bound, Int)
+        for value in values:
+            scope = {**env, node.var: ir.Constant(I64, value)}
+            if exact:
+                self.node(node.body, scope)
+            else:
+                with self.b.if_then(self.cond(node.cond, scope)):
+                    self.node(node.body, scope)
+        return True
+
+    def parallel_loop(self, node: For, env: Env) -> bool:
+        """Outline the loop into `body(ctx)` that runs its thread's static chunk."""
+        bound = _upper(node)
+        if bound is None or not isinstance(node.inc, Int) or node.inc.value <= 0:
+            return False
+        b = self.b
+        names = sorted(env)
+        slots = [*self.ptrs.values(), *(env[n] for n in names)]
+        ctx_type = ir.LiteralStructType([PTR] * len(self.ptrs) + [I64] * len(names))
+        with b.goto_entry_block():
+            ctx = b.alloca(ctx_type, name="ctx")
+        for i, value in enumerate(slots):
+            b.store(value, b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
+        outlined = ir.Function(
+            self.mc.module, ir.FunctionType(ir.VoidType(), [PTR]), self.mc.outlined_name(self.base)
+        )
+        outlined.linkage = "internal"
+        outlined.attributes.add("nounwind")
+        inner = _Emitter(self.mc, self.schedule, outlined, {}, self.base, True, self.shared)
+        ib = inner.b
+        loaded = [
+            ib.load(
+                ib.gep(
+                    outlined.args[0],
+                    [ir.Constant(I32, 0), ir.Constant(I32, i)],
+                    source_etype=ctx_type,
+                ),
+                typ=t,
+            )
+            for i, t in enumerate(ctx_type.elements)
+        ]
+        inner.ptrs = dict(zip(self.ptrs, loaded[: len(self.ptrs)], strict=True))
+        scope = dict(zip(names, loaded[len(self.ptrs) :], strict=True))
+        inner.chunk(node, scope, bound)
+        ib.ret_void()
+        self.mc.run_parallel(b, outlined, ctx)
+        return True
+
+    def chunk(self, node: For, env: Env, bound: AstExpr) -> None:
+        b = self.b
+        lo = self.int(node.init, env)
+        hi = self.int(bound, env)
+        inc = node.inc.value  # type: ignore[union-attr]
+        span = b.sub(hi, lo)
+        count = b.sdiv(b.add(span, ir.Constant(I64, inc - 1)), ir.Constant(I64, inc))
+        count = _smax(b, count, ir.Constant(I64, 0))
+        thread = b.sext(b.call(self.mc.function("omp_get_thread_num", I32, []), []), I64)
+        threads = b.sext(b.call(self.mc.function("omp_get_num_threads", I32, []), []), I64)
+        size = b.sdiv(b.add(count, b.sub(threads, ir.Constant(I64, 1))), threads)
+        first = b.mul(thread, size)
+        last = _smin(b, b.add(first, size), count)
+        start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
+        stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
+        chunk_cond = Op("lt", (Var(node.var), Var("%stop")))
+        self.serial_loop(node, {**env, "%stop": stop}, start, chunk_cond, 1, self.body_of(node))
+
+    # --- vector loops -----------------------------------------------------------------
+    def vector_loop(self, node: For, env: Env) -> bool:
+        calls = _calls(node.body)
+        if calls is None or node.inc != Int(1):
+            return False
+        dtypes = set()
+        for call in calls:
+            stmt = self.kernel.statement[call.stmt]
+            dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
+            dtypes.update(e.dtype for e in walk(stmt.expr))
+        lanes = min(self.mc.target.lanes(d) for d in dtypes)
+        bound = _upper(node)
+        limit = _constant_bound(bound) if bound is not None else None
+        if limit is not None and isinstance(node.init, Int):
+            trips = limit - node.init.value
+            lanes = min(lanes, 1 << max(trips, 1).bit_length() - 1)
+        if lanes < 2:
+            return False
+        loop = node.loop
+        plans = {
+            call.stmt: self.vector_plan(self.kernel.statement[call.stmt], loop) for call in calls
+        }
+
+        def vector_body(scope: Env) -> None:
+            for call in calls:
+                plan = plans[call.stmt]
+                if plan is None:
+                    for lane in range(lanes):
+                        lane_scope = {**scope, node.var: self._plus(scope[node.var], lane)}
+                        self.call(call, lane_scope)
+                else:
+                    self.call(call, scope, _Lanes(lanes, plan))
+
+        end = self.serial_loop(node, env, self.int(node.init, env), node.cond, lanes, vector_body)
+        self.serial_loop(node, env, end, node.cond, 1, self.body_of(node))
+        return True
+
+    def vector_plan(self, stmt: Statement, loop: str) -> dict[str, int | None] | None:
+        """Lane strides of every address and dimension the statement uses, or None when
+        it must run lane by lane."""
+        key = (stmt.name, loop)
+        if key in self.shared.strides:
+            return self.shared.strides[key]
+        exprs: dict[str, str] = {}
+        plan: dict[str, int | None] | None = None
+        indirect = False
+        write = self.kernel.tensors[stmt.tensor]
+        exprs[flat_index(write.shape, stmt.index)] = ""
+        for e in walk(stmt.expr):
+            if isinstance(e, Load):
+                if not all(isinstance(i, str) for i in e.index):
+                    indirect = True
+                    break
+                exprs[flat_index(self.kernel.tensors[e.tensor].shape, e.index)] = ""  # type: ignore[arg-type]
+            elif isinstance(e, Iter):
+                exprs[e.name] = ""
+        if not indirect and loop:
+            found = lane_strides(self.schedule, stmt.name, loop, {t: t for t in exprs})
+            if all(v is not None for v in found.values()):
+                plan = found
+        self.shared.strides[key] = plan
+        return plan
+
+    def _plus(self, value: ir.Value, n: int) -> ir.Value:
+        return value if n == 0 else self.b.add(value, ir.Constant(I64, n), flags=["nsw"])
+
+    # --- statements -------------------------------------------------------------------
+    def call(self, node: Call, env: Env, lanes: _Lanes | None = None) -> None:
+        stmt = self.kernel.statement[node.stmt]
+        dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
+        inst = _Instance(self, stmt, dims, lanes)
+        value = inst.value(stmt.expr)
+        t = self.kernel.tensors[stmt.tensor]
+        text = flat_index(t.shape, stmt.index)
+        if stmt.reduction is not None:
+            old = inst.load(t.name, t.dtype, text)
+            value = inst.combine(stmt.reduction, old, value, t.dtype)
+        inst.store(t.name, t.dtype, text, value)
+
+    # --- integer AST expressions ------------------------------------------------------
+    def int(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.b
+        if isinstance(e, Int):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, Var):
+            try:
+                return env[e.name]
+            except KeyError:
+                raise CodegenError(f"kernel {self.kernel.name}: '{e.name}' is unbound") from None
+        op = e.op
+        if op in ("eq", "le", "lt", "ge", "gt", "and", "or"):
+            return b.zext(self.cond(e, env), I64)
+        args = [self.int(a, env) for a in e.args]
+        if op == "add":
+            return b.add(args[0], args[1], flags=["nsw"])
+        if op == "sub":
+            return b.sub(args[0], args[1], flags=["nsw"])
+        if op == "mul":
+            return b.mul(args[0], args[1], flags=["nsw"])
+        if op == "minus":
+            return b.sub(ir.Constant(I64, 0), args[0], flags=["nsw"])
+        if op == "min":
+            return _fold(args, lambda x, y: _smin(b, x, y))
+        if op == "max":
+            return _fold(args, lambda x, y: _smax(b, x, y))
+        if op == "select":
+            return b.select(self.cond(e.args[0], env), args[1], args[2])
+        if op == "fdiv_q":
+            return _floordiv(b, args[0], args[1], e.args[1])
+        if op in ("div", "pdiv_q"):
+            return b.sdiv(args[0], args[1])
+        if op in ("pdiv_r", "zdiv_r"):
+            return b.srem(args[0], args[1])
+        raise CodegenError(f"kernel {self.kernel.name}: isl AST operator '{op}' is not supported")
+
+    def cond(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.b
+        if isinstance(e, Op):
+            compare = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}
+            if e.op in compare:
+                return b.icmp_signed(
+                    compare[e.op], self.int(e.args[0], env), self.int(e.args[1], env)
+                )
+            if e.op in ("and", "or"):
+                parts = [self.cond(a, env) for a in e.args]
+                join = b.and_ if e.op == "and" else b.or_
+                return _fold(parts, join)
+        return b.icmp_signed("!=", self.int(e, env), ir.Constant(I64, 0))
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    count: int
+    #: stride along the vector loop of every address and dimension text
+    strides: Mapping[str, int | None]
+
+
+class _Instance:
+    """Code for one statement instance: scalars, or `lanes.count` consecutive instances
+    as vectors. A value is a scalar (uniform across lanes) until it meets a vector."""
+
+    def __init__(
+        self, em: _Emitter, stmt: Statement, dims: Mapping[str, ir.Value], lanes: _Lanes | None
+    ) -> None:
+        self.em = em
+        self.b = em.b
+        self.mc = em.mc
+        self.stmt = stmt
+        self.dims = dims
+        self.lanes = lanes
+        self.offsets: dict[str, ir.Value] = {}
+
+    # --- memory -----------------------------------------------------------------------
+    def offset(self, text: str) -> ir.Value:
+        if text not in self.offsets:
+            self.offsets[text] = self.em.int(parse_index(text), self.dims)
+        return self.offsets[text]
+
+    def stride(self, text: str) -> int:
+        if self.lanes is None:
+            return 0
+        stride = self.lanes.strides[text]
+        assert stride is not None
+        return stride
+
+    def address(self, tensor: str, dtype: str, offset: ir.Value) -> ir.Value:
+        return self.b.gep(
+            self.em.ptrs[tensor], [offset], inbounds=True, source_etype=memory_type(dtype)
+        )
+
+    def load(self, tensor: str, dtype: str, text: str) -> ir.Value:
+        b = self.b
+        mem = memory_type(dtype)
+        align = _align(dtype)
+        base = self.offset(text)
+        stride = self.stride(text)
+        if stride == 0:
+            value = b.load(self.address(tensor, dtype, base), typ=mem, align=align)
+        elif stride == 1:
+            assert self.lanes is not None
+            vty = ir.VectorType(mem, self.lanes.count)
+            value = b.load(self.address(tensor, dtype, base), typ=vty, align=align)
+        else:
+            assert self.lanes is not None
+            value = ir.Constant(ir.VectorType(mem, self.lanes.count), None)
+            for lane in range(self.lanes.count):
+                at = b.add(base, ir.Constant(I64, stride * lane))
+                item = b.load(self.address(tensor, dtype, at), typ=mem, align=align)
+                value = b.insert_element(value, item, ir.Constant(I32, lane))
+        if kind(dtype) == "b":
+            zero = ir.Constant(value.type, None)
+            value = b.icmp_unsigned("!=", value, zero)
+        return value
+
+    def store(self, tensor: str, dtype: str, text: str, value: ir.Value) -> None:
+        b = self.b
+        align = _align(dtype)
+        if kind(dtype) == "b":
+            value = b.zext(value, _like(value.type, I8))
+        base = self.offset(text)
+        stride = self.stride(text)
+        if self.lanes is None:
+            b.store(value, self.address(tensor, dtype, base), align=align)
+            return
+        value = self.splat(value)
+        if stride == 1:
+            b.store(value, self.address(tensor, dtype, base), align=align)
+            return
+        for lane in range(self.lanes.count):
+            at = b.add(base, ir.Constant(I64, stride * lane))
+            item = b.extract_element(value, ir.Constant(I32, lane))
+            b.store(item, self.address(tensor, dtype, at), align=align)
+
+    # --- values -----------------------------------------------------------------------
+    def splat(self, value: ir.Value) -> ir.Value:
+        if self.lanes is None or isinstance(value.type, ir.VectorType):
+            return value
+        n = self.lanes.count
+        vty = ir.VectorType(value.type, n)
+        one = self.b.insert_element(ir.Constant(vty, None), value, ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
+        return self.b.shuffle_vector(one, ir.Constant(vty, None), mask)
+
+    def same_shape(self, *values: ir.Value) -> list[ir.Value]:
+        if any(isinstance(v.type, ir.VectorType) for v in values):
+            return [self.splat(v) for v in values]
+        return list(values)
+
+    def value(self, e: Expr) -> ir.Value:
+        b = self.b
+        if isinstance(e, Const):
+            return _constant(e.value, e.dtype)
+        if isinstance(e, Load):
+            t = self.em.kernel.tensors[e.tensor]
+            if all(isinstance(i, str) for i in e.index):
+                return self.load(t.name, e.dtype, flat_index(t.shape, e.index))  # type: ignore[arg-type]
+            return self.indirect_load(e)
+        if isinstance(e, Iter):
+            value = self.dims[e.name]
+            stride = self.stride(e.name)
+            if stride != 0:
+                assert self.lanes is not None
+                steps = ir.Constant(
+                    ir.VectorType(I64, self.lanes.count),
+                    [stride * lane for lane in range(self.lanes.count)],
+                )
+                value = b.add(self.splat(value), steps)
+            return self.convert(value, "int64", e.dtype)
+        if isinstance(e, Cast):
+            return self.convert(self.value(e.x), e.x.dtype, e.dtype)
+        if isinstance(e, Unary):
+            return self.unary(e.op, self.value(e.x), e.x.dtype)
+        if isinstance(e, Binary):
+            a, c = self.same_shape(self.value(e.a), self.value(e.b))
+            return self.binary(e.op, a, c, e.a.dtype)
+        if isinstance(e, Select):
+            cond, a, c = self.same_shape(self.value(e.cond), self.value(e.a), self.value(e.b))
+            return b.select(cond, a, c)
+        raise CodegenError(f"statement {self.stmt.name}: unknown expression {e!r}")
+
+    def indirect_load(self, e: Load) -> ir.Value:
+        """A load whose index includes run-time values (Gather): scalar code only."""
+        b = self.b
+        t = self.em.kernel.tensors[e.tensor]
+        offset: ir.Value = ir.Constant(I64, 0)
+        stride = 1
+        for size, entry in zip(reversed(t.shape), reversed(e.index), strict=True):
+            if isinstance(entry, str):
+                part = self.em.int(parse_index(entry), self.dims)
+            else:
+                part = self.convert(self.value(entry), entry.dtype, "int64")
+            offset = b.add(offset, b.mul(part, ir.Constant(I64, stride)))
+            stride *= size
+        value = b.load(
+            self.address(t.name, e.dtype, offset), typ=memory_type(e.dtype), align=_align(e.dtype)
+        )
+        if kind(e.dtype) == "b":
+            value = b.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+        return value
+
+    def convert(self, value: ir.Value, src: str, dst: str) -> ir.Value:
+        b = self.b
+        target = _like(value.type, value_type(dst))
+        if value.type == target and kind(src) == kind(dst):
+            return value
+        ks, kd = kind(src), kind(dst)
+        if kd == "b":
+            zero = ir.Constant(value.type, None)
+            if ks == "f":
+                return b.fcmp_unordered("!=", value, zero)
+            return b.icmp_unsigned("!=", value, zero)
+        if ks == "f" and kd == "f":
+            wider = _width(value.type) < _width(target)
+            return b.fpext(value, target) if wider else b.fptrunc(value, target)
+        if ks == "f":
+            return b.fptosi(value, target) if kd == "i" else b.fptoui(value, target)
+        if kd == "f":
+            return b.sitofp(value, target) if ks == "i" else b.uitofp(value, target)
+        if _width(value.type) > _width(target):
+            return b.trunc(value, target)
+        if _width(value.type) < _width(target):
+            return b.sext(value, target) if ks == "i" else b.zext(value, target)
+        return value
+
+    def libm(self, name: str, x: ir.Value, dtype: str) -> ir.Value:
+        """A libm function lane by lane (float or double; half goes through float)."""
+        b = self.b
+        if isinstance(x.type, ir.VectorType):
+            out = ir.Constant(x.type, None)
+            for lane in range(x.type.count):
+                item = self.libm(name, b.extract_element(x, ir.Constant(I32, lane)), dtype)
+                out = b.insert_element(out, item, ir.Constant(I32, lane))
+            return out
+        if isinstance(x.type, ir.HalfType):
+            wide = self.libm(name, b.fpext(x, ir.FloatType()), "float32")
+            return b.fptrunc(wide, x.type)
+        double = isinstance(x.type, ir.DoubleType)
+        fn = self.mc.function(name if double else f"{name}f", x.type, [x.type])
+        return b.call(fn, [x])
+
+    def unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
+        b = self.b
+        k = kind(dtype)
+        zero = ir.Constant(x.type, None)
+        if op == "not":
+            return b.not_(x)
+        if k == "f":
+            if op == "neg":
+                return b.fneg(x)
+            if op in ("abs", "exp", "log", "sqrt", "floor", "ceil"):
+                name = "fabs" if op == "abs" else op
+                return b.call(self.mc.intrinsic(name, x.type), [x])
+            if op in ("erf", "tanh"):
+                return self.libm(op, x, dtype)
+            one = _constant_like(x.type, 1.0)
+            if op == "recip":
+                return b.fdiv(one, x)
+            if op == "sigmoid":
+                e = b.call(self.mc.intrinsic("exp", x.type), [b.fneg(x)])
+                return b.fdiv(one, b.fadd(one, e))
+            if op == "relu":
+                return b.select(b.fcmp_ordered("<", x, zero), zero, x)
+        else:
+            signed = k == "i"
+            if op == "neg":
+                return b.sub(zero, x)
+            if op == "abs":
+                return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x) if signed else x
+            if op in ("floor", "ceil"):
+                return x
+            if op == "relu":
+                return b.select(b.icmp_signed("<", x, zero), zero, x) if signed else x
+        raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
+
+    def binary(self, op: str, a: ir.Value, c: ir.Value, dtype: str) -> ir.Value:
+        b = self.b
+        k = kind(dtype)
+        compare = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+        if op in compare:
+            if k == "f":
+                fcmp = b.fcmp_unordered if op == "ne" else b.fcmp_ordered
+                return fcmp(compare[op], a, c)
+            icmp = b.icmp_signed if k == "i" else b.icmp_unsigned
+            return icmp(compare[op], a, c)
+        if op in ("and", "or"):
+            return b.and_(a, c) if op == "and" else b.or_(a, c)
+        if k == "b":
+            if op in ("max", "add"):
+                return b.or_(a, c)
+            if op in ("min", "mul"):
+                return b.and_(a, c)
+            raise CodegenError(f"statement {self.stmt.name}: {op} of bool has no code generation")
+        if k == "f":
+            simple = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem}
+            if op in simple:
+                return simple[op](a, c, flags=FAST)
+            if op in ("max", "min"):
+                name = "maximum" if op == "max" else "minimum"
+                return b.call(self.mc.intrinsic(name, a.type, 2), [a, c])
+            if op == "pow":
+                return b.call(self.mc.intrinsic("pow", a.type, 2), [a, c])
+        else:
+            signed = k == "i"
+            simple = {"add": b.add, "sub": b.sub, "mul": b.mul}
+            if op in simple:
+                return simple[op](a, c)
+            if op in ("max", "min"):
+                name = ("s" if signed else "u") + op
+                return b.call(self.mc.intrinsic(name, a.type, 2), [a, c])
+            if op in ("div", "mod"):
+                return self.int_division(op, a, c, signed)
+            if op == "pow":
+                wide = _like(a.type, ir.DoubleType())
+                to = b.sitofp if signed else b.uitofp
+                r = b.call(self.mc.intrinsic("pow", wide, 2), [to(a, wide), to(c, wide)])
+                return b.fptosi(r, a.type) if signed else b.fptoui(r, a.type)
+        raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
+
+    def int_division(self, op: str, a: ir.Value, c: ir.Value, signed: bool) -> ir.Value:
+        """C's truncating division / remainder, with x/0 = x%0 = 0 and no overflow trap."""
+        b = self.b
+        zero = ir.Constant(c.type, None)
+        one = _constant_like(c.type, 1)
+        by_zero = b.icmp_unsigned("==", c, zero)
+        if signed:
+            minus_one = b.icmp_signed("==", c, _constant_like(c.type, -1))
+            safe = b.select(b.or_(by_zero, minus_one), one, c)
+            if op == "div":
+                result = b.select(minus_one, b.sub(zero, a), b.sdiv(a, safe))
+            else:
+                result = b.select(minus_one, zero, b.srem(a, safe))
+        else:
+            safe = b.select(by_zero, one, c)
+            result = b.udiv(a, safe) if op == "div" else b.urem(a, safe)
+        return b.select(by_zero, zero, result)
+
+    def combine(self, combiner: str, old: ir.Value, new: ir.Value, dtype: str) -> ir.Value:
+        op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[combiner]
+        old, new = self.same_shape(old, new)
+        return self.binary(op, old, new, dtype)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _calls(node: AstNode) -> list[Call] | None:
+    if isinstance(node, Call):
+        return [node]
+    if isinstance(node, Block) and all(isinstance(i, Call) for i in node.items):
+        return list(node.items)  # type: ignore[arg-type]
+    return None
+
+
+def _upper(node: For) -> AstExpr | None:
+    """The exclusive upper bound of a loop whose condition bounds its iterator above."""
+    return _bound(node.cond, node.var)
+
+
+def _bound(cond: AstExpr, var: str) -> AstExpr | None:
+    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
+        limit = cond.args[1]
+        if _mentions(limit, var):
+            return None
+        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
+    if isinstance(cond, Op) and cond.op == "and":
+        parts = [_bound(a, var) for a in cond.args]
+        if any(p is None for p in parts):
+            return None
+        return Op("min", tuple(parts))  # type: ignore[arg-type]
+    return None
+
+
+def _mentions(e: AstExpr, var: str) -> bool:
+    if isinstance(e, Var):
+        return e.name == var
+    if isinstance(e, Op):
+        return any(_mentions(a, var) for a in e.args)
+    return False
+
+
+def _constant_bound(e: AstExpr) -> int | None:
+    """A constant upper bound of an expression built of ints, min and +."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "min":
+        found = [_constant_bound(a) for a in e.args]
+        known = [f for f in found if f is not None]
+        return min(known) if known else None
+    if isinstance(e, Op) and e.op == "add":
+        parts = [_constant_bound(a) for a in e.args]
+        if all(isinstance(a, Int) for a in e.args):
+            return sum(p for p in parts if p is not None)
+        if isinstance(e.args[1], Int) and parts[0] is not None:
+            return parts[0] + e.args[1].value
+    return None
+
+
+def _fold(values: list[ir.Value], fn: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
+    result = values[0]
+    for value in values[1:]:
+        result = fn(result, value)
+    return result
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _floordiv(b: ir.IRBuilder, a: ir.Value, d: ir.Value, d_expr: AstExpr) -> ir.Value:
+    """isl's fdiv_q: the floor of a / d."""
+    if isinstance(d_expr, Int) and d_expr.value > 0:
+        negative = b.icmp_signed("<", a, ir.Constant(I64, 0))
+        adjusted = b.select(negative, b.sub(a, ir.Constant(I64, d_expr.value - 1)), a)
+        return b.sdiv(adjusted, d)
+    q = b.sdiv(a, d)
+    r = b.srem(a, d)
+    inexact = b.icmp_signed("!=", r, ir.Constant(I64, 0))
+    signs = b.xor(
+        b.icmp_signed("<", r, ir.Constant(I64, 0)), b.icmp_signed("<", d, ir.Constant(I64, 0))
+    )
+    return b.sub(q, b.zext(b.and_(inexact, signs), I64))
+
+
+def _align(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def _like(shape_of: ir.Type, element: ir.Type) -> ir.Type:
+    """`element`, as a vector when `shape_of` is one."""
+    if isinstance(shape_of, ir.VectorType):
+        return ir.VectorType(element, shape_of.count)
+    return element
+
+
+def _width(ty: ir.Type) -> int:
+    if isinstance(ty, ir.VectorType):
+        ty = ty.element
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(ty)]
+
+
+def _constant(value: float | int | bool, dtype: str) -> ir.Constant:
+    ty = value_type(dtype)
+    if kind(dtype) == "f":
+        return ir.Constant(ty, float(value))
+    if kind(dtype) == "b":
+        return ir.Constant(I1, int(bool(value)))
+    return ir.Constant(ty, int(value))
+
+
+def _constant_like(ty: ir.Type, value: float | int) -> ir.Constant:
+    element = ty.element if isinstance(ty, ir.VectorType) else ty
+    scalar = float(value) if not isinstance(element, ir.IntType) else int(value)
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [scalar] * ty.count)
+    return ir.Constant(ty, scalar)

@@ -1,0 +1,103 @@
+"""LLVM types of tensor dtypes, and the module-wide declarations kernels share
+(intrinsics, libm functions, the threading runtime)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from polytile.errors import CodegenError
+
+from .target import Target
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+_FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}
+
+
+def kind(dtype: str) -> str:
+    """'f' float, 'i' signed, 'u' unsigned, 'b' bool."""
+    return np.dtype(dtype).kind
+
+
+def value_type(dtype: str) -> ir.Type:
+    """The type of a value in registers (bool is i1)."""
+    d = np.dtype(dtype)
+    if d.kind == "b":
+        return I1
+    if d.kind == "f" and d.itemsize in _FLOATS:
+        return _FLOATS[d.itemsize]
+    if d.kind in "iu":
+        return ir.IntType(8 * d.itemsize)
+    raise CodegenError(f"dtype {dtype} has no LLVM code generation")
+
+
+def memory_type(dtype: str) -> ir.Type:
+    """The type of an element in memory (bool is a byte, as in numpy)."""
+    return I8 if kind(dtype) == "b" else value_type(dtype)
+
+
+def suffix(ty: ir.Type) -> str:
+    """LLVM's overload suffix of a type: f32, v16f32, i64."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{suffix(ty.element)}"
+    if isinstance(ty, ir.HalfType):
+        return "f16"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    raise CodegenError(f"no overload suffix for {ty}")
+
+
+@dataclass
+class ModuleContext:
+    """One LLVM module under construction, with the declarations its kernels share."""
+
+    module: ir.Module
+    target: Target
+    threading: bool
+    _outlined: int = field(default=0)
+
+    def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """A declared function (intrinsic, libm or runtime), created once."""
+        found = self.module.globals.get(name)
+        if found is None:
+            found = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return found
+
+    def intrinsic(self, name: str, ty: ir.Type, arity: int = 1) -> ir.Function:
+        return self.function(f"llvm.{name}.{suffix(ty)}", ty, [ty] * arity)
+
+    def outlined_name(self, base: str) -> str:
+        self._outlined += 1
+        return f"{base}_par{self._outlined}"
+
+    def num_threads(self) -> ir.GlobalVariable:
+        found = self.module.globals.get("polytile_num_threads")
+        if found is None:
+            found = ir.GlobalVariable(self.module, I32, name="polytile_num_threads")
+            found.initializer = ir.Constant(I32, 1)
+        return found
+
+    def run_parallel(self, b: ir.IRBuilder, body: ir.Function, data: ir.Value) -> None:
+        """Run body(data) on the configured threads through libgomp's `GOMP_parallel`
+        (each call of body takes its share by thread number), or call it directly when
+        one thread is configured."""
+        gomp = self.function("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        threads = b.load(self.num_threads(), typ=I32)
+        many = b.icmp_signed(">", threads, ir.Constant(I32, 1))
+        with b.if_else(many) as (then, otherwise):
+            with then:
+                b.call(gomp, [body, data, threads, ir.Constant(I32, 0)])
+            with otherwise:
+                b.call(body, [data])

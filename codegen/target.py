@@ -1,0 +1,100 @@
+"""The machine code is generated for: CPU name, features, vector width, threads.
+
+The host's CPU and features drive LLVM's target machine. Where AVX-512 exists the
+vector width is 512 bits and functions say so (`prefer-vector-width` and
+`min-legal-vector-width`), since LLVM otherwise splits 512-bit vectors on CPUs it tunes
+for 256-bit ones.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from polytile.errors import CodegenError
+
+
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@dataclass(frozen=True)
+class Target:
+    cpu: str
+    features: str
+    triple: str
+    vector_bits: int
+    #: threads parallel loops run on (1 = serial)
+    num_threads: int = field(default=1)
+    opt_level: int = 3
+
+    def lanes(self, dtype: str) -> int:
+        """Vector lanes of one register for a dtype (bools are bytes in memory)."""
+        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    def key(self) -> dict[str, object]:
+        """What a tuning record names as the target."""
+        return {"cpu": self.cpu, "features": self.features, "threads": self.num_threads}
+
+    def machine(self, reloc: str = "default") -> llvm.TargetMachine:
+        _init_llvm()
+        target = llvm.Target.from_triple(self.triple)
+        return target.create_target_machine(
+            cpu=self.cpu,
+            features=self.features,
+            opt=min(self.opt_level, 3),
+            reloc=reloc,
+            codemodel="jitdefault" if reloc == "default" else "default",
+        )
+
+
+def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
+    """The machine this process runs on; threads default to its usable cores."""
+    _init_llvm()
+    features = llvm.get_host_cpu_features().flatten()
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if "avx512f" in enabled:
+        bits = 512
+    elif "avx" in enabled:
+        bits = 256
+    else:
+        bits = 128
+    threads = num_threads if num_threads is not None else default_threads()
+    if threads < 1:
+        raise CodegenError(f"num_threads must be at least 1, got {threads}")
+    return Target(
+        cpu=llvm.get_host_cpu_name(),
+        features=features,
+        triple=llvm.get_process_triple(),
+        vector_bits=bits,
+        num_threads=threads,
+        opt_level=opt_level,
+    )
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@functools.cache
+def openmp_library() -> str | None:
+    """A libgomp to run parallel loops on: scikit-learn's bundled copy, else the system's."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is not None and spec.origin is not None:
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        found = sorted(glob.glob(os.path.join(site, "scikit_learn.libs", "libgomp*.so*")))
+        if found:
+            return found[0]
+    return ctypes.util.find_library("gomp")

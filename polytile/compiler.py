@@ -1,0 +1,210 @@
+"""`compile`: an ONNX model → one native module (all kernels + an entry function over a
+static memory plan) wrapped in a `CompiledModel`.
+
+The pipeline, one reason per stage:
+- import, optimize, partition (frontend): a typed, folded graph of fused groups;
+- lower each group to a kernel (poly): exact statements and dependences;
+- schedule each kernel (default heuristic): tiled, vectorized, parallel, weights packed;
+- plan memory: intermediate tensors share one arena by liveness;
+- emit one LLVM function per distinct schedule (identical groups share code, their
+  constants are arguments) and the entry function; optimize and JIT it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polytile.codegen.jit import JitModule, finalize, optimize
+from polytile.codegen.module import KernelCall, Slot, add_entry, add_kernel, new_module
+from polytile.codegen.plan import Lifetime, plan_memory
+from polytile.codegen.target import Target, host
+from polytile.errors import TuningError
+from polytile.frontend import Graph, import_model, partition
+from polytile.frontend import optimize as optimize_graph
+from polytile.frontend.importer import ModelSource
+from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.kernel import Kernel, Role
+from polytile.poly.lower import lower
+from polytile.poly.schedule import Schedule
+
+from .runtime import CompiledModel, IOSpec, Manifest, OutputCopy
+
+ENTRY = "polytile_run"
+
+
+@dataclass
+class CompileStats:
+    """Where compile time went, in seconds, and what was built."""
+
+    frontend: float = 0.0
+    lower: float = 0.0
+    schedule: float = 0.0
+    llvm: float = 0.0
+    kernels: int = 0
+    functions: int = 0
+    arena_bytes: int = 0
+    unshared_bytes: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return self.frontend + self.lower + self.schedule + self.llvm
+
+
+def compile(
+    model: ModelSource | Graph,
+    records: object = None,
+    opt_level: int = 3,
+    num_threads: int | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    target: Target | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CompiledModel:
+    """Compile an ONNX model (path, bytes, ModelProto or an imported Graph) for this CPU.
+
+    `num_threads` defaults to the machine's cores; `opt_level` is LLVM's (0-3).
+    """
+    if records is not None:
+        raise TuningError(
+            "compile(records=...) applies tuning records once schedule search lands; "
+            "compile without records uses the default schedules"
+        )
+    stats = CompileStats()
+    start = time.perf_counter()
+    graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
+    graph = optimize_graph(graph)
+    parts = partition(graph)
+    stats.frontend = time.perf_counter() - start
+    target = target or host(num_threads, opt_level)
+    config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+    schedules: list[Schedule] = []
+    for done, group in enumerate(parts.groups):
+        t0 = time.perf_counter()
+        kernel = lower(graph, group)
+        t1 = time.perf_counter()
+        schedules.append(default_schedule(kernel, config))
+        stats.lower += t1 - t0
+        stats.schedule += time.perf_counter() - t1
+        if progress is not None:
+            progress(done + 1, len(parts.groups))
+    return build(graph, schedules, target, stats)
+
+
+def build(
+    graph: Graph, schedules: Sequence[Schedule], target: Target, stats: CompileStats | None = None
+) -> CompiledModel:
+    """The native module of a graph whose groups (in order) run the given schedules."""
+    stats = stats or CompileStats()
+    start = time.perf_counter()
+    layout = _Layout(graph)
+    mc = new_module(graph.name, target)
+    functions: dict[str, str] = {}
+    calls: list[KernelCall] = []
+    for step, schedule in enumerate(schedules):
+        key = schedule.trace_hash()
+        if key not in functions:
+            functions[key] = f"k{len(functions)}_{_short(schedule.kernel)}"
+            add_kernel(mc, schedule, functions[key])
+        args = tuple(
+            layout.slot(step, t.name, schedule.kernel) for t in schedule.kernel.tensors.values()
+        )
+        calls.append(KernelCall(functions[key], args))
+    plan = plan_memory(layout.lifetimes)
+    calls = [
+        KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args))
+        for c in calls
+    ]
+    add_entry(mc, ENTRY, calls)
+    text = finalize(mc.module, target)
+    mod = optimize(text, target)
+    jit = JitModule(mod, target)
+    stats.llvm = time.perf_counter() - start
+    stats.kernels = len(schedules)
+    stats.functions = len(functions)
+    stats.arena_bytes = plan.arena_bytes
+    stats.unshared_bytes = plan.unshared_bytes
+    manifest = Manifest(
+        name=graph.name,
+        inputs=tuple(IOSpec(n, graph.types[n].dtype, graph.types[n].shape) for n in graph.inputs),
+        outputs=tuple(IOSpec(n, graph.types[n].dtype, graph.types[n].shape) for n in graph.outputs),
+        entry=ENTRY,
+        arena_bytes=plan.arena_bytes,
+        copies=layout.copies(),
+        target=target.key(),
+        calls=tuple(calls),
+    )
+    return CompiledModel(manifest, layout.constants, jit, mod, target, stats)
+
+
+def _short(kernel: Kernel) -> str:
+    return kernel.name.rsplit("_", 1)[-1][:24]
+
+
+def _placed(slot: Slot, layout: _Layout, offsets: Mapping[str, int]) -> Slot:
+    if slot.kind == "arena":
+        return Slot("arena", offsets[layout.arena_names[slot.index]])
+    return slot
+
+
+class _Layout:
+    """Where each tensor of the model lives: caller tables, constants or the arena."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inputs = {n: i for i, n in enumerate(graph.inputs)}
+        self.outputs: dict[str, int] = {}
+        for i, n in enumerate(graph.outputs):
+            self.outputs.setdefault(n, i)
+        self.constants: list[np.ndarray] = []
+        self.arena_names: list[str] = []
+        self.arena_index: dict[str, int] = {}
+        self.lifetimes: dict[str, Lifetime] = {}
+
+    def source(self, onnx_name: str) -> str:
+        return self.graph.aliases.get(onnx_name, onnx_name)
+
+    def _arena(self, name: str, nbytes: int, step: int) -> Slot:
+        if name not in self.arena_index:
+            self.arena_index[name] = len(self.arena_names)
+            self.arena_names.append(name)
+            self.lifetimes[name] = Lifetime(nbytes, step, step)
+        life = self.lifetimes[name]
+        self.lifetimes[name] = Lifetime(
+            max(life.size, nbytes), min(life.first, step), max(life.last, step)
+        )
+        return Slot("arena", self.arena_index[name])
+
+    def slot(self, step: int, tensor: str, kernel: Kernel) -> Slot:
+        t = kernel.tensors[tensor]
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+        if t.role is Role.CONSTANT:
+            assert t.value is not None
+            self.constants.append(np.ascontiguousarray(np.asarray(t.value, dtype=t.dtype)))
+            return Slot("constant", len(self.constants) - 1)
+        if t.role is Role.TEMP:
+            return self._arena(f"{kernel.name}/{step}/{tensor}", nbytes, step)
+        source = self.source(t.source)
+        if source in self.inputs:
+            return Slot("input", self.inputs[source])
+        if source in self.outputs:
+            return Slot("output", self.outputs[source])
+        source_type = self.graph.types[source]
+        return self._arena(source, source_type.nbytes, step)
+
+    def copies(self) -> tuple[OutputCopy, ...]:
+        """Graph outputs no kernel writes: inputs, constants, repeated outputs."""
+        found = []
+        for i, name in enumerate(self.graph.outputs):
+            first = self.outputs[name]
+            if first != i:
+                found.append(OutputCopy(i, "output", first))
+            elif name in self.inputs:
+                found.append(OutputCopy(i, "input", self.inputs[name]))
+            elif name in self.graph.constants:
+                self.constants.append(np.ascontiguousarray(self.graph.constants[name]))
+                found.append(OutputCopy(i, "constant", len(self.constants) - 1))
+        return tuple(found)

@@ -1,0 +1,332 @@
+"""A compiled model at run time: one native call per inference, plus saving and loading.
+
+A saved model (`.ptm`) is a directory holding `manifest.json` (inputs, outputs, the kernel
+calls and memory plan, the target it was built for), `module.o` (machine code),
+`module.bc` (optimized LLVM bitcode, to rebuild machine code for another CPU without
+rescheduling) and `constants.npz` (packed weights).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from polytile.codegen.jit import JitModule, emit_object, link_shared, linker
+from polytile.codegen.module import KernelCall
+from polytile.codegen.target import Target, host
+from polytile.errors import InputError, ModelError
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OutputCopy:
+    """Output `index` is a copy of an input, a constant or an earlier output."""
+
+    index: int
+    kind: str
+    source: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    inputs: tuple[IOSpec, ...]
+    outputs: tuple[IOSpec, ...]
+    entry: str
+    arena_bytes: int
+    copies: tuple[OutputCopy, ...]
+    target: Mapping[str, Any]
+    calls: tuple[KernelCall, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        from polytile import __version__
+
+        def spec(s: IOSpec) -> dict[str, Any]:
+            return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
+
+        return {
+            "format": FORMAT_VERSION,
+            "polytile": __version__,
+            "name": self.name,
+            "inputs": [spec(s) for s in self.inputs],
+            "outputs": [spec(s) for s in self.outputs],
+            "entry": self.entry,
+            "arena_bytes": self.arena_bytes,
+            "copies": [[c.index, c.kind, c.source] for c in self.copies],
+            "target": dict(self.target),
+            "calls": [c.to_json() for c in self.calls],
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Manifest:
+        def spec(d: Mapping[str, Any]) -> IOSpec:
+            return IOSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
+
+        return Manifest(
+            name=str(data["name"]),
+            inputs=tuple(spec(d) for d in data["inputs"]),
+            outputs=tuple(spec(d) for d in data["outputs"]),
+            entry=str(data["entry"]),
+            arena_bytes=int(data["arena_bytes"]),
+            copies=tuple(OutputCopy(int(i), str(k), int(s)) for i, k, s in data["copies"]),
+            target=dict(data["target"]),
+            calls=tuple(KernelCall.from_json(c) for c in data["calls"]),
+        )
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per run over `repeat` measurements of `number` runs each."""
+
+    results: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.results)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.results)
+
+    @property
+    def min(self) -> float:
+        return min(self.results)
+
+    def __str__(self) -> str:
+        ms = 1e3
+        return (
+            f"mean {self.mean * ms:.3f} ms, median {self.median * ms:.3f} ms, "
+            f"std {self.std * ms:.3f} ms, min {self.min * ms:.3f} ms ({len(self.results)} repeats)"
+        )
+
+
+_Entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class CompiledModel:
+    """A model compiled to native code: `run(feeds)` makes one native call."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        constants: Sequence[np.ndarray],
+        jit: JitModule,
+        mod: llvm.ModuleRef | None,
+        target: Target,
+        stats: Any = None,
+    ) -> None:
+        self.manifest = manifest
+        self.constants = [np.ascontiguousarray(c) for c in constants]
+        self.target = target
+        self.stats = stats
+        self._jit = jit
+        self._mod = mod
+        self._entry = _Entry(jit.address(manifest.entry))
+        self._lock = threading.Lock()
+        self._arena_raw = np.empty(manifest.arena_bytes + 64, dtype=np.uint8)
+        pad = (-self._arena_raw.ctypes.data) % 64
+        self._arena = self._arena_raw[pad : pad + manifest.arena_bytes]
+        self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
+            *[c.ctypes.data for c in self.constants]
+        )
+        self._inputs = (ctypes.c_void_p * max(1, len(manifest.inputs)))()
+        self._outputs = (ctypes.c_void_p * max(1, len(manifest.outputs)))()
+        self._input_index = {s.name: i for i, s in enumerate(manifest.inputs)}
+        self._copied = {c.index for c in manifest.copies}
+
+    # --- running ----------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.manifest.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.manifest.outputs]
+
+    def set_num_threads(self, count: int) -> None:
+        if count < 1:
+            raise InputError(
+                f"model '{self.manifest.name}': num_threads must be at least 1, got {count}"
+            )
+        self._jit.set_threads(count)
+
+    def _check(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        name = self.manifest.name
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"model '{name}': feeds must be a dict of input name → array")
+        unknown = sorted(set(feeds) - set(self._input_index))
+        if unknown:
+            raise InputError(
+                f"model '{name}': unknown input(s) {unknown}; inputs are {self.input_names}"
+            )
+        arrays = []
+        for spec in self.manifest.inputs:
+            if spec.name not in feeds:
+                raise InputError(f"model '{name}': input '{spec.name}' is missing")
+            value = feeds[spec.name]
+            if not isinstance(value, np.ndarray):
+                value = np.asarray(value)
+            if value.dtype != np.dtype(spec.dtype):
+                raise InputError(
+                    f"model '{name}': input '{spec.name}' must be {spec.dtype}, got {value.dtype}"
+                )
+            if value.shape != spec.shape:
+                raise InputError(
+                    f"model '{name}': input '{spec.name}' must have shape {list(spec.shape)}, "
+                    f"got {list(value.shape)}"
+                )
+            if not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            arrays.append(value)
+        return arrays
+
+    def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        """Outputs for the given inputs (a dict name → array), in the model's order."""
+        arrays = self._check(feeds)
+        outputs = [np.empty(s.shape, dtype=s.dtype) for s in self.manifest.outputs]
+        with self._lock:
+            for i, a in enumerate(arrays):
+                self._inputs[i] = a.ctypes.data
+            for i, o in enumerate(outputs):
+                self._outputs[i] = o.ctypes.data
+            self._entry(
+                ctypes.addressof(self._inputs),
+                ctypes.addressof(self._outputs),
+                ctypes.addressof(self._constant_table),
+                self._arena.ctypes.data,
+            )
+        for copy in self.manifest.copies:
+            source = {"input": arrays, "output": outputs, "constant": self.constants}[copy.kind]
+            outputs[copy.index] = np.array(source[copy.source], copy=True).reshape(
+                self.manifest.outputs[copy.index].shape
+            )
+        return outputs
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for s in self.manifest.inputs:
+            kind = np.dtype(s.dtype).kind
+            if kind == "f":
+                feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+            elif kind == "b":
+                feeds[s.name] = rng.integers(0, 2, s.shape).astype(bool)
+            else:
+                feeds[s.name] = rng.integers(0, 10, s.shape).astype(s.dtype)
+        return feeds
+
+    def benchmark(
+        self,
+        feeds: Mapping[str, Any] | None = None,
+        repeat: int = 10,
+        number: int = 1,
+        warmup: int = 1,
+    ) -> Timing:
+        """Time `repeat` measurements of `number` runs each (after `warmup` runs)."""
+        if repeat < 1 or number < 1:
+            raise InputError("benchmark: repeat and number must be at least 1")
+        feeds = feeds if feeds is not None else self.random_inputs()
+        for _ in range(warmup):
+            self.run(feeds)
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                self.run(feeds)
+            results.append((time.perf_counter() - start) / number)
+        return Timing(tuple(results))
+
+    # --- artifacts --------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model as a `.ptm` directory; `load` restores it without rescheduling."""
+        if self._mod is None:
+            raise InputError(
+                f"model '{self.manifest.name}' was loaded without bitcode; save it from its source"
+            )
+        out = Path(path)
+        tmp = Path(
+            tempfile.mkdtemp(prefix=".ptm-", dir=out.parent if out.parent.exists() else None)
+        )
+        try:
+            (tmp / "manifest.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
+            (tmp / "module.o").write_bytes(emit_object(self._mod, self.target))
+            (tmp / "module.bc").write_bytes(self._mod.as_bitcode())
+            np.savez(tmp / "constants.npz", *self.constants)
+            if out.exists():
+                shutil.rmtree(out) if out.is_dir() else out.unlink()
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    def export_library(self, path: str | os.PathLike[str]) -> Path:
+        """A C-callable shared library exporting `<entry>(inputs, outputs, constants,
+        arena)` and `polytile_num_threads`; its constants are saved next to it as
+        `<path>.npz` and the arena size is in `<path>.json`. Needs a system linker."""
+        if linker() is None:
+            from polytile.errors import CodegenError
+
+            raise CodegenError(
+                "export_library needs a system linker (cc, gcc or clang) and none was found; "
+                "use save() for a portable artifact instead"
+            )
+        if self._mod is None:
+            raise InputError(f"model '{self.manifest.name}' was loaded without bitcode")
+        out = Path(path)
+        link_shared(emit_object(self._mod, self.target, pic=True), str(out))
+        np.savez(f"{out}.npz", *self.constants)
+        Path(f"{out}.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
+        return out
+
+
+def load(path: str | os.PathLike[str], num_threads: int | None = None) -> CompiledModel:
+    """Restore a saved model. Machine code is reused when this CPU matches the one it was
+    built for; otherwise the saved bitcode is compiled for this CPU (never rescheduled)."""
+    root = Path(path)
+    try:
+        data = json.loads((root / "manifest.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ModelError(f"'{path}' is not a saved polytile model: {err}") from None
+    if data.get("format") != FORMAT_VERSION:
+        raise ModelError(
+            f"'{path}' has artifact format {data.get('format')}; "
+            f"this polytile reads {FORMAT_VERSION}"
+        )
+    manifest = Manifest.from_json(data)
+    target = host(num_threads)
+    with np.load(root / "constants.npz") as npz:
+        constants = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+    saved = manifest.target
+    same_cpu = saved.get("cpu") == target.cpu and saved.get("features") == target.features
+    mod = llvm.parse_bitcode((root / "module.bc").read_bytes())
+    if same_cpu:
+        jit = JitModule(mod, target, obj=(root / "module.o").read_bytes())
+    else:
+        jit = JitModule(mod, target)
+    return CompiledModel(manifest, constants, jit, mod, target)

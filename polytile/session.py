@@ -1,0 +1,162 @@
+"""`InferenceSession`: onnxruntime's session interface over polytile's compiled models.
+
+    sess = pt.InferenceSession("model.onnx")
+    outputs = sess.run(None, {"data": x})
+    sess.get_inputs()[0].name, .shape, .type
+
+A model with symbolic input dimensions is compiled when it first runs, once per distinct
+set of input shapes (onnxruntime handles dynamic shapes; polytile's kernels are static).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from polytile.errors import InputError
+from polytile.frontend.importer import load_model
+
+from .compiler import compile
+from .runtime import CompiledModel
+
+#: onnxruntime's type strings
+_ORT_TYPES = {
+    "float32": "tensor(float)",
+    "float64": "tensor(double)",
+    "float16": "tensor(float16)",
+    "int8": "tensor(int8)",
+    "int16": "tensor(int16)",
+    "int32": "tensor(int32)",
+    "int64": "tensor(int64)",
+    "uint8": "tensor(uint8)",
+    "uint16": "tensor(uint16)",
+    "uint32": "tensor(uint32)",
+    "uint64": "tensor(uint64)",
+    "bool": "tensor(bool)",
+}
+
+PROVIDER = "PolytileCPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """As onnxruntime's NodeArg: symbolic dimensions are strings (or None)."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+@dataclass
+class SessionOptions:
+    """The options polytile honours from onnxruntime's SessionOptions."""
+
+    intra_op_num_threads: int = 0
+    graph_optimization_level: object = None
+
+
+def _args(graph: onnx.GraphProto, names: Sequence[str] | None = None) -> list[NodeArg]:
+    initializers = {i.name for i in graph.initializer}
+    found = []
+    for value in graph.input if names is None else graph.output:
+        if names is None and value.name in initializers:
+            continue
+        t = value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
+        shape: list[int | str | None] = []
+        for d in t.shape.dim:
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(d.dim_param or None)
+        found.append(NodeArg(value.name, shape, _ORT_TYPES.get(dtype, f"tensor({dtype})")))
+    return found
+
+
+class InferenceSession:
+    """onnxruntime-compatible: `run(output_names, input_feed)`, `get_inputs()`,
+    `get_outputs()`, `get_providers()`."""
+
+    def __init__(
+        self,
+        path_or_bytes: str | bytes | onnx.ModelProto | Any,
+        sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Any] | None = None,
+        records: object = None,
+        **kwargs: Any,
+    ) -> None:
+        model, self._display = load_model(path_or_bytes)
+        self._model_proto = model
+        self._records = records
+        threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
+        self._threads = threads if threads > 0 else None
+        self._inputs = _args(model.graph)
+        self._outputs = _args(model.graph, names=[o.name for o in model.graph.output])
+        self._compiled: dict[tuple, CompiledModel] = {}
+        if all(isinstance(d, int) for a in self._inputs for d in a.shape):
+            self._compiled[()] = self._compile(None)
+
+    def _compile(self, shapes: Mapping[str, tuple[int, ...]] | None) -> CompiledModel:
+        return compile(
+            self._model_proto,
+            records=self._records,
+            num_threads=self._threads,
+            input_shapes=shapes,
+        )
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return [PROVIDER]
+
+    def get_modelmeta(self) -> onnx.ModelProto:
+        return self._model_proto
+
+    def _model_for(self, input_feed: Mapping[str, Any]) -> CompiledModel:
+        if () in self._compiled:
+            return self._compiled[()]
+        shapes = {}
+        for arg in self._inputs:
+            if arg.name not in input_feed:
+                raise InputError(f"model '{self._display}': input '{arg.name}' is missing")
+            shape = tuple(np.shape(input_feed[arg.name]))
+            if len(shape) != len(arg.shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(arg.shape, shape, strict=False)
+            ):
+                raise InputError(
+                    f"model '{self._display}': input '{arg.name}' must have shape {arg.shape}, "
+                    f"got {list(shape)}"
+                )
+            shapes[arg.name] = shape
+        key = tuple(sorted(shapes.items()))
+        if key not in self._compiled:
+            self._compiled[key] = self._compile(shapes)
+        return self._compiled[key]
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[np.ndarray]:
+        model = self._model_for(input_feed)
+        outputs = model.run(input_feed)
+        if output_names is None:
+            return outputs
+        index = {name: i for i, name in enumerate(model.output_names)}
+        unknown = [n for n in output_names if n not in index]
+        if unknown:
+            raise InputError(
+                f"model '{self._display}': unknown output(s) {unknown}; "
+                f"outputs are {model.output_names}"
+            )
+        return [outputs[index[n]] for n in output_names]
