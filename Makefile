@@ -1,5 +1,5 @@
 # Two entry points, both self-contained on a machine with only Python 3.11 and pip:
-#   make run   — set up, then import, optimize and summarize the zoo's ResNet-50
+#   make run   — set up, then compile the zoo's ResNet-50, check it and time it against onnxruntime
 #   make test  — set up with the test extras, then run the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -23,7 +23,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@
 
 run: $(VENV)/.installed-run
-	$(BIN)/polytile explain resnet50 --verify
+	$(BIN)/polytile bench resnet50 --vs onnxruntime --repeat 10
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check .
@@ -31,6 +31,7 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/frontend_bench.py
+	$(BIN)/python benchmarks/model_bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

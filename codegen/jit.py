@@ -10,13 +10,17 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polytile.errors import CodegenError
 
-from .target import Target, _init_llvm, openmp_library
+from .llvm_types import NUM_THREADS
+from .target import Target, _init_llvm, default_threads, openmp_library
 
 
 def function_attributes(target: Target) -> str:
@@ -35,10 +39,10 @@ def finalize(module: ir.Module, target: Target) -> str:
     return f"{text}\nattributes #0 = {{ {function_attributes(target)} }}\n"
 
 
-def optimize(text: str, target: Target) -> llvm.ModuleRef:
+def optimize(text: str, target: Target, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
     _init_llvm()
     try:
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(text, context=context)
         mod.verify()
     except RuntimeError as err:
         raise CodegenError(f"generated LLVM IR is invalid: {err}") from None
@@ -52,6 +56,41 @@ def optimize(text: str, target: Target) -> llvm.ModuleRef:
     return mod
 
 
+@dataclass(frozen=True)
+class Part:
+    """One separately compiled module: optimized bitcode and its machine code."""
+
+    bitcode: bytes
+    obj: bytes
+    pic: bool = False
+
+
+def compile_part(text: str, target: Target, pic: bool = False) -> Part:
+    """IR text → optimized bitcode + object code, in an LLVM context of its own (so that
+    parts compile on several threads at once; llvmlite releases the GIL in LLVM)."""
+    context = llvm.create_context()
+    mod = optimize(text, target, context)
+    return Part(mod.as_bitcode(), emit_object(mod, target, pic), pic)
+
+
+def recompile_part(bitcode: bytes, target: Target, pic: bool = False) -> Part:
+    """Machine code for this target from saved bitcode (optimized again for its CPU)."""
+    context = llvm.create_context()
+    mod = llvm.parse_bitcode(bitcode, context=context)
+    mod.triple = target.triple
+    return compile_part(str(mod), target, pic)
+
+
+def compile_parts(
+    texts: Sequence[str], target: Target, workers: int | None = None, pic: bool = False
+) -> list[Part]:
+    workers = workers or default_threads()
+    if workers <= 1 or len(texts) <= 1:
+        return [compile_part(t, target, pic) for t in texts]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda t: compile_part(t, target, pic), texts))
+
+
 @functools.cache
 def _load_runtime() -> None:
     library = openmp_library()
@@ -60,21 +99,17 @@ def _load_runtime() -> None:
 
 
 class JitModule:
-    """Machine code of one module, loaded into this process."""
+    """Machine code of a model's parts, loaded and linked into this process."""
 
-    def __init__(self, mod: llvm.ModuleRef, target: Target, obj: bytes | None = None) -> None:
+    def __init__(self, parts: Sequence[Part], target: Target) -> None:
+        _init_llvm()
         _load_runtime()
         self.target = target
-        machine = target.machine()
-        self._machine = machine
-        if obj is None:
-            self.engine = llvm.create_mcjit_compiler(mod, machine)
-        else:
-            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self._machine = target.machine()
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._machine)
+        for part in parts:
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(part.obj))
         self.engine.finalize_object()
-        self.engine.run_static_constructors()
-        self._module = mod
         self.set_threads(target.num_threads)
 
     def address(self, name: str) -> int:
@@ -84,7 +119,7 @@ class JitModule:
         return address
 
     def set_threads(self, count: int) -> None:
-        address = self.engine.get_global_value_address("polytile_num_threads")
+        address = self.engine.get_global_value_address(NUM_THREADS)
         if address:
             ctypes.c_int32.from_address(address).value = max(1, int(count))
 
@@ -101,7 +136,7 @@ def linker() -> str | None:
     return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
-def link_shared(obj: bytes, path: str, extra_objects: list[str] | None = None) -> None:
+def link_shared(objects: Sequence[bytes], path: str) -> None:
     """Link an object (position-independent) into a shared library with the system's C
     compiler driver, against libgomp and libm."""
     cc = linker()
@@ -111,14 +146,16 @@ def link_shared(obj: bytes, path: str, extra_objects: list[str] | None = None) -
             "use save() for a portable artifact instead"
         )
     with tempfile.TemporaryDirectory() as tmp:
-        obj_path = os.path.join(tmp, "model.o")
-        with open(obj_path, "wb") as f:
-            f.write(obj)
+        paths = []
+        for i, obj in enumerate(objects):
+            paths.append(os.path.join(tmp, f"part{i}.o"))
+            with open(paths[-1], "wb") as f:
+                f.write(obj)
         libs = []
         gomp = openmp_library()
         if gomp is not None:
             libs = [gomp, f"-Wl,-rpath,{os.path.dirname(gomp)}"]
-        cmd = [cc, "-shared", "-o", path, obj_path, *(extra_objects or []), *libs, "-lm"]
+        cmd = [cc, "-shared", "-o", path, *paths, *libs, "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise CodegenError(f"linking {path} failed: {done.stderr.strip()[:2000]}")

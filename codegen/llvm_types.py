@@ -18,6 +18,8 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
+#: the module global that holds the thread count parallel loops use
+NUM_THREADS = "polytile_num_threads"
 
 _FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}
 
@@ -66,6 +68,8 @@ class ModuleContext:
     module: ir.Module
     target: Target
     threading: bool
+    #: whether this module defines the runtime's globals (the others declare them)
+    defines_runtime: bool = True
     _outlined: int = field(default=0)
 
     def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -83,10 +87,11 @@ class ModuleContext:
         return f"{base}_par{self._outlined}"
 
     def num_threads(self) -> ir.GlobalVariable:
-        found = self.module.globals.get("polytile_num_threads")
+        found = self.module.globals.get(NUM_THREADS)
         if found is None:
-            found = ir.GlobalVariable(self.module, I32, name="polytile_num_threads")
-            found.initializer = ir.Constant(I32, 1)
+            found = ir.GlobalVariable(self.module, I32, name=NUM_THREADS)
+            if self.defines_runtime:
+                found.initializer = ir.Constant(I32, 1)
         return found
 
     def run_parallel(self, b: ir.IRBuilder, body: ir.Function, data: ir.Value) -> None:

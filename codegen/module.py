@@ -8,7 +8,7 @@ offset into the workspace arena (see `plan`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -47,23 +47,38 @@ class KernelCall:
         )
 
 
-def new_module(name: str, target: Target) -> ModuleContext:
-    return ModuleContext(ir.Module(name), target, openmp_library() is not None)
+def new_module(name: str, target: Target, defines_runtime: bool = True) -> ModuleContext:
+    """A module; only the entry module defines the runtime's globals."""
+    return ModuleContext(ir.Module(name), target, openmp_library() is not None, defines_runtime)
 
 
-def add_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunction:
-    fn = emit_kernel(mc, schedule, name)
-    mc.module.globals[name].linkage = "internal"
-    return fn
+def runtime_module(target: Target) -> ModuleContext:
+    """The module defining the runtime's globals (the thread count), for code built
+    without an entry function."""
+    mc = new_module("polytile_runtime", target)
+    mc.num_threads()
+    return mc
 
 
-def add_entry(mc: ModuleContext, name: str, calls: Sequence[KernelCall]) -> None:
+def kernel_module(
+    schedule: Schedule, name: str, target: Target
+) -> tuple[ModuleContext, KernelFunction]:
+    """A module of its own for one kernel function, so kernels compile in parallel."""
+    mc = new_module(name, target, defines_runtime=False)
+    return mc, emit_kernel(mc, schedule, name)
+
+
+def add_entry(
+    mc: ModuleContext, name: str, calls: Sequence[KernelCall], arity: Mapping[str, int]
+) -> None:
+    """The entry function; `arity` gives each kernel function's argument count (kernels
+    live in other modules and are declared here)."""
     fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * 4), name=name)
     tables = dict(zip(("input", "output", "constant"), fn.args[:3], strict=True))
     arena = fn.args[3]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     for call in calls:
-        callee = mc.module.globals[call.function]
+        callee = mc.function(call.function, ir.VoidType(), [PTR] * arity[call.function])
         args = []
         for slot in call.args:
             if slot.kind == "arena":

@@ -82,6 +82,19 @@ class ScheduleHandle:
             self.schedule, step if isinstance(step, Step) else Step.from_json(step)
         )
 
+    def build(self, num_threads: int | None = None) -> Any:
+        """The current schedule as native code (`codegen.native.NativeKernel`): call it on
+        a dict of inputs to get every buffer back. (The one place poly reaches into
+        codegen, lazily, so that the handle reads like TVM's `tvm.build(sch.mod)`.)"""
+        from polytile.codegen.native import NativeKernel
+        from polytile.codegen.target import host
+
+        return NativeKernel(self.schedule, host(num_threads))
+
+    def benchmark(self, inputs: Any = None, repeat: int = 10, number: int = 1) -> Any:
+        """Build and time the current schedule: a `runtime.Timing` in seconds per run."""
+        return self.build().benchmark(inputs, repeat, number)
+
     def show(self) -> str:
         """The current schedule as C-like code."""
         return explain(self.schedule)

@@ -242,14 +242,33 @@ def schedule_map(schedule: Schedule) -> isl.UnionMap:
 
 def check_order(schedule: Schedule, step: str) -> None:
     """Every dependence source still runs before its sink; else IllegalSchedule."""
-    sched = schedule_map(schedule)
-    before = sched.lex_lt_union_map(sched)
-    violated = schedule.kernel.dependences.ordering().subtract(before)
+    violated = reversed_dependences(schedule)
     if not violated.is_empty():
         raise IllegalSchedule(
             f"kernel {schedule.kernel.name}: step {step} reverses the dependence "
             f"{_sample(violated)}"
         )
+
+
+def reversed_dependences(schedule: Schedule) -> isl.UnionMap:
+    """Dependences whose sink the schedule does not run strictly after the source.
+
+    Each dependence is mapped into schedule time (one flat space for the whole tree) and
+    compared there, which avoids building the lexicographic order of every pair of
+    statements (`lex_lt_union_map`)."""
+    deps = schedule.kernel.dependences.ordering()
+    if deps.is_empty():
+        return deps
+    sched = schedule_map(schedule)
+    timed = deps.apply_domain(sched).apply_range(sched)
+    if timed.is_empty():
+        return timed
+    flat = isl.Map.from_union_map(timed)
+    not_after = flat.intersect(isl.Map.lex_ge(flat.get_space().domain()))
+    if not_after.is_empty():
+        return isl.UnionMap.empty(deps.get_space())
+    pairs = sched.apply_range(isl.UnionMap.from_map(not_after)).apply_range(sched.reverse())
+    return deps.intersect(pairs)
 
 
 def carried(schedule: Schedule, name: str, include_reductions: bool = True) -> isl.UnionMap:

@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from polytile.errors import InputError, ModelError, PolytileError, ShapeError, U
 
 if TYPE_CHECKING:
     from polytile.frontend import Graph, Partition
+    from polytile.runtime import CompiledModel, Timing
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
@@ -115,25 +116,19 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
 
 def verify(path: Path, optimized: Graph, seed: int) -> int:
     """Run the original model and the optimized graph with onnxruntime; compare outputs."""
-    import onnx
     import onnxruntime as ort
 
     from polytile.frontend import export_model
-    from polytile.frontend.onnx_io import max_ir_version
 
     rng = np.random.default_rng(seed)
     feeds = {
         name: rng.standard_normal(optimized.types[name].shape).astype(optimized.types[name].dtype)
         for name in optimized.inputs
     }
-    original = onnx.load(str(path))
-    # onnxruntime lags onnx's newest IR version: use the newest one the opset needs
-    opset = max(op.version for op in original.opset_import if op.domain in ("", "ai.onnx"))
-    original.ir_version = min(original.ir_version, max_ir_version(opset))
+    want = ort_session(path, optimize=False).run(None, feeds)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    want = ort.InferenceSession(original.SerializeToString(), options).run(None, feeds)
     got = ort.InferenceSession(export_model(optimized).SerializeToString(), options).run(
         None, feeds
     )
@@ -147,6 +142,152 @@ def verify(path: Path, optimized: Graph, seed: int) -> int:
         print("verify: the optimized graph differs from the original model", file=sys.stderr)
         return 1
     print("verify: optimized graph matches the original model (onnxruntime)")
+    return 0
+
+
+def load_inputs(path: str | None, fill: str, model: CompiledModel, seed: int) -> dict:
+    """Inputs from an .npz file (keys are input names), or random ones."""
+    if path is None:
+        if fill != "random":
+            raise InputError(f"--fill takes 'random', not '{fill}'")
+        return model.random_inputs(seed)
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot read inputs from '{path}': {err}") from None
+
+
+def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
+    """A model argument as a compiled model: a saved .ptm, an .onnx file or a zoo name."""
+    import polytile as pt
+
+    if Path(model).is_dir() or model.endswith(".ptm"):
+        if not Path(model).is_dir():
+            raise InputError(f"saved model '{model}' does not exist")
+        return pt.load(model, num_threads=args.threads)
+    path = resolve_model(model, args.seed)
+    start = time.perf_counter()
+    result = pt.compile(
+        str(path),
+        input_shapes=parse_input_shapes(args.input_shapes),
+        num_threads=args.threads,
+        opt_level=args.opt_level,
+        records=getattr(args, "records", None),
+    )
+    stats = result.stats
+    print(
+        f"compiled {path.name} in {time.perf_counter() - start:.1f} s: {stats.kernels} kernels, "
+        f"{stats.functions} distinct functions, arena {stats.arena_bytes / 2**20:.1f} MiB "
+        f"(unshared {stats.unshared_bytes / 2**20:.1f} MiB)"
+    )
+    return result
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from polytile import zoo
+
+    if args.zoo:
+        names = zoo.NAMES if args.zoo == "all" else args.zoo.split(",")
+        unknown = [n for n in names if n not in zoo.NAMES]
+        if unknown:
+            raise InputError(f"--zoo: unknown model(s) {unknown} (zoo: {', '.join(zoo.NAMES)})")
+        out = Path(args.output or "compiled")
+        out.mkdir(parents=True, exist_ok=True)
+        from tqdm import tqdm
+
+        for name in tqdm(names, desc="compile zoo", unit="model"):
+            model = compiled(name, args)
+            model.save(out / f"{name}.ptm")
+        print(f"saved {len(names)} models in {out}/")
+        return 0
+    if args.model is None:
+        raise InputError("compile needs a model (an .onnx file or zoo name) or --zoo")
+    model = compiled(args.model, args)
+    output = args.output or f"{Path(args.model).stem}.ptm"
+    print(f"saved {model.save(output)}")
+    return 0
+
+
+def print_timing(label: str, timing: Timing) -> None:
+    ms = 1e3
+    print(
+        f"{label}: mean {timing.mean * ms:.2f} ms, median {timing.median * ms:.2f} ms, "
+        f"std {timing.std * ms:.2f} ms ({len(timing.results)} repeats)"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    model = compiled(args.model, args)
+    feeds = load_inputs(args.inputs, args.fill, model, args.seed)
+    outputs = model.run(feeds)
+    for name, value in zip(model.output_names, outputs, strict=True):
+        print(f"output {name}: {value.dtype}{list(value.shape)}")
+    if args.output:
+        np.savez(args.output, **dict(zip(model.output_names, outputs, strict=True)))
+        print(f"saved outputs to {args.output}")
+    if args.repeat:
+        print_timing("polytile", model.benchmark(feeds, repeat=args.repeat, number=args.number))
+    return 0
+
+
+def ort_session(path: Path, threads: int | None = None, optimize: bool = True) -> Any:
+    """An onnxruntime session for a model, at the newest IR version onnxruntime reads
+    (it lags onnx's); a model it cannot run is a PolytileError, not a crash."""
+    import onnx
+    import onnxruntime as ort
+
+    from polytile.frontend.onnx_io import max_ir_version
+
+    model = onnx.load(str(path))
+    opset = max(op.version for op in model.opset_import if op.domain in ("", "ai.onnx"))
+    model.ir_version = min(model.ir_version, max_ir_version(opset))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        return ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as err:  # onnxruntime's own exception types
+        raise PolytileError(f"onnxruntime cannot run {path.name}: {err}") from None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Compile, check against onnxruntime, time both in the same process."""
+    model = compiled(args.model, args)
+    feeds = model.random_inputs(args.seed)
+    mine = model.benchmark(feeds, repeat=args.repeat, number=args.number)
+    print_timing("polytile   ", mine)
+    if args.vs == "none":
+        return 0
+    session = ort_session(resolve_model(args.model, args.seed), args.threads)
+    want = session.run(None, feeds)
+    got = model.run(feeds)
+    worst = 0.0
+    for name, w, g in zip(model.output_names, want, got, strict=True):
+        scale = float(np.max(np.abs(w))) or 1.0
+        err = float(np.max(np.abs(w.astype(np.float64) - g))) / scale
+        worst = max(worst, err)
+        print(f"output {name}: max |Δ| / max|y| = {err:.2e} against onnxruntime")
+    session.run(None, feeds)
+    results = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        for _ in range(args.number):
+            session.run(None, feeds)
+        results.append((time.perf_counter() - start) / args.number)
+    from polytile.runtime import Timing
+
+    theirs = Timing(tuple(results))
+    print_timing("onnxruntime", theirs)
+    print(f"polytile / onnxruntime latency: {mine.median / theirs.median:.2f}×")
+    if worst > 1e-3:
+        print("bench: polytile's outputs differ from onnxruntime's", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -185,6 +326,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--seed", type=int, default=0, help="zoo weights and random inputs")
     explain.set_defaults(func=cmd_explain)
+
+    def model_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--input-shapes", help="name:[d0,d1,...] for dynamic inputs")
+        p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+        p.add_argument("--opt-level", type=int, default=3, choices=[0, 1, 2, 3])
+        p.add_argument("--seed", type=int, default=0, help="zoo weights and random inputs")
+
+    comp = sub.add_parser("compile", help="compile a model to a saved .ptm artifact")
+    comp.add_argument("model", nargs="?", help="an .onnx file or a zoo model name")
+    comp.add_argument("-o", "--output", help="the .ptm to write (a directory with --zoo)")
+    comp.add_argument("--zoo", metavar="all|a,b", help="compile zoo models in a batch")
+    comp.add_argument("--records", help="tuning records (applied once search lands)")
+    model_options(comp)
+    comp.set_defaults(func=cmd_compile)
+
+    run = sub.add_parser("run", help="run a model (.onnx, .ptm or zoo name) on inputs")
+    run.add_argument("model")
+    run.add_argument("-i", "--inputs", help="an .npz of inputs keyed by input name")
+    run.add_argument("--fill", default="random", help="inputs when no -i is given: random")
+    run.add_argument("-o", "--output", help="write the outputs to this .npz")
+    run.add_argument("--repeat", type=int, default=0, help="time this many repeats")
+    run.add_argument("--number", type=int, default=1, help="runs per timed repeat")
+    model_options(run)
+    run.set_defaults(func=cmd_run)
+
+    bench = sub.add_parser("bench", help="compile, verify and time a model against a peer")
+    bench.add_argument("model")
+    bench.add_argument("--vs", choices=["onnxruntime", "none"], default="onnxruntime")
+    bench.add_argument("--repeat", type=int, default=10)
+    bench.add_argument("--number", type=int, default=1)
+    model_options(bench)
+    bench.set_defaults(func=cmd_bench)
 
     zoo = sub.add_parser("zoo", help="list or materialize the bundled models")
     zoo.add_argument("action", choices=["list", "materialize"])

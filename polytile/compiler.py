@@ -12,14 +12,15 @@ The pipeline, one reason per stage:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from polytile.codegen.jit import JitModule, finalize, optimize
-from polytile.codegen.module import KernelCall, Slot, add_entry, add_kernel, new_module
+from polytile.codegen.jit import JitModule, compile_parts, finalize
+from polytile.codegen.module import KernelCall, Slot, add_entry, kernel_module, new_module
 from polytile.codegen.plan import Lifetime, plan_memory
 from polytile.codegen.target import Target, host
 from polytile.errors import TuningError
@@ -34,6 +35,7 @@ from polytile.poly.schedule import Schedule
 from .runtime import CompiledModel, IOSpec, Manifest, OutputCopy
 
 ENTRY = "polytile_run"
+PLACEHOLDER = "polytile_kernel"
 
 
 @dataclass
@@ -95,33 +97,44 @@ def compile(
 
 
 def build(
-    graph: Graph, schedules: Sequence[Schedule], target: Target, stats: CompileStats | None = None
+    graph: Graph,
+    schedules: Sequence[Schedule],
+    target: Target,
+    stats: CompileStats | None = None,
+    workers: int | None = None,
 ) -> CompiledModel:
     """The native module of a graph whose groups (in order) run the given schedules."""
     stats = stats or CompileStats()
     start = time.perf_counter()
     layout = _Layout(graph)
-    mc = new_module(graph.name, target)
+    prefix = f"pt{hashlib.sha256(graph.name.encode()).hexdigest()[:8]}"
     functions: dict[str, str] = {}
+    arity: dict[str, int] = {}
+    texts: list[str] = []
     calls: list[KernelCall] = []
     for step, schedule in enumerate(schedules):
-        key = schedule.trace_hash()
+        # identical code is compiled once: groups differing only in tensor names or
+        # constant values share a function (their constants are arguments)
+        mc, fn = kernel_module(schedule, PLACEHOLDER, target)
+        text = finalize(mc.module, target)
+        key = hashlib.sha256(text.encode()).hexdigest()
         if key not in functions:
-            functions[key] = f"k{len(functions)}_{_short(schedule.kernel)}"
-            add_kernel(mc, schedule, functions[key])
-        args = tuple(
-            layout.slot(step, t.name, schedule.kernel) for t in schedule.kernel.tensors.values()
-        )
+            name = f"{prefix}_k{len(functions)}_{_short(schedule.kernel)}"
+            functions[key] = name
+            arity[name] = len(fn.params)
+            texts.append(text.replace(f'@"{PLACEHOLDER}"', f'@"{name}"'))
+        kernel = schedule.kernel
+        args = tuple(layout.slot(step, t.name, kernel) for t in kernel.tensors.values())
         calls.append(KernelCall(functions[key], args))
     plan = plan_memory(layout.lifetimes)
     calls = [
         KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args))
         for c in calls
     ]
-    add_entry(mc, ENTRY, calls)
-    text = finalize(mc.module, target)
-    mod = optimize(text, target)
-    jit = JitModule(mod, target)
+    entry = new_module(graph.name, target)
+    add_entry(entry, ENTRY, calls, arity)
+    parts = compile_parts([finalize(entry.module, target), *texts], target, workers)
+    jit = JitModule(parts, target)
     stats.llvm = time.perf_counter() - start
     stats.kernels = len(schedules)
     stats.functions = len(functions)
@@ -137,7 +150,7 @@ def build(
         target=target.key(),
         calls=tuple(calls),
     )
-    return CompiledModel(manifest, layout.constants, jit, mod, target, stats)
+    return CompiledModel(manifest, layout.constants, jit, parts, target, stats)
 
 
 def _short(kernel: Kernel) -> str:

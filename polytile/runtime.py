@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import llvmlite.binding as llvm
 import numpy as np
 
-from polytile.codegen.jit import JitModule, emit_object, link_shared, linker
+from polytile.codegen.jit import JitModule, Part, link_shared, linker, recompile_part
 from polytile.codegen.module import KernelCall
 from polytile.codegen.target import Target, host
-from polytile.errors import InputError, ModelError
+from polytile.errors import CodegenError, InputError, ModelError
 
 FORMAT_VERSION = 1
 
@@ -136,7 +135,7 @@ class CompiledModel:
         manifest: Manifest,
         constants: Sequence[np.ndarray],
         jit: JitModule,
-        mod: llvm.ModuleRef | None,
+        parts: Sequence[Part],
         target: Target,
         stats: Any = None,
     ) -> None:
@@ -145,7 +144,7 @@ class CompiledModel:
         self.target = target
         self.stats = stats
         self._jit = jit
-        self._mod = mod
+        self._parts = list(parts)
         self._entry = _Entry(jit.address(manifest.entry))
         self._lock = threading.Lock()
         self._arena_raw = np.empty(manifest.arena_bytes + 64, dtype=np.uint8)
@@ -264,21 +263,23 @@ class CompiledModel:
     # --- artifacts --------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the model as a `.ptm` directory; `load` restores it without rescheduling."""
-        if self._mod is None:
-            raise InputError(
-                f"model '{self.manifest.name}' was loaded without bitcode; save it from its source"
-            )
         out = Path(path)
-        tmp = Path(
-            tempfile.mkdtemp(prefix=".ptm-", dir=out.parent if out.parent.exists() else None)
-        )
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"cannot save model '{self.manifest.name}': no directory {parent}")
+        tmp = Path(tempfile.mkdtemp(prefix=".ptm-", dir=parent))
         try:
-            (tmp / "manifest.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
-            (tmp / "module.o").write_bytes(emit_object(self._mod, self.target))
-            (tmp / "module.bc").write_bytes(self._mod.as_bitcode())
+            data = self.manifest.to_json()
+            data["parts"] = len(self._parts)
+            (tmp / "manifest.json").write_text(json.dumps(data, indent=1))
+            for i, part in enumerate(self._parts):
+                (tmp / f"part{i}.o").write_bytes(part.obj)
+                (tmp / f"part{i}.bc").write_bytes(part.bitcode)
             np.savez(tmp / "constants.npz", *self.constants)
-            if out.exists():
-                shutil.rmtree(out) if out.is_dir() else out.unlink()
+            if out.is_dir():
+                shutil.rmtree(out)
+            elif out.exists():
+                out.unlink()
             tmp.rename(out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -286,20 +287,18 @@ class CompiledModel:
         return out
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:
-        """A C-callable shared library exporting `<entry>(inputs, outputs, constants,
+        """A C-callable shared library exporting `polytile_run(inputs, outputs, constants,
         arena)` and `polytile_num_threads`; its constants are saved next to it as
-        `<path>.npz` and the arena size is in `<path>.json`. Needs a system linker."""
+        `<path>.npz` and the manifest (arena size, inputs, outputs) as `<path>.json`.
+        Needs a system linker."""
         if linker() is None:
-            from polytile.errors import CodegenError
-
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "
                 "use save() for a portable artifact instead"
             )
-        if self._mod is None:
-            raise InputError(f"model '{self.manifest.name}' was loaded without bitcode")
         out = Path(path)
-        link_shared(emit_object(self._mod, self.target, pic=True), str(out))
+        pic = [recompile_part(p.bitcode, self.target, pic=True) for p in self._parts]
+        link_shared([p.obj for p in pic], str(out))
         np.savez(f"{out}.npz", *self.constants)
         Path(f"{out}.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
         return out
@@ -311,22 +310,26 @@ def load(path: str | os.PathLike[str], num_threads: int | None = None) -> Compil
     root = Path(path)
     try:
         data = json.loads((root / "manifest.json").read_text())
-    except (OSError, ValueError) as err:
-        raise ModelError(f"'{path}' is not a saved polytile model: {err}") from None
-    if data.get("format") != FORMAT_VERSION:
-        raise ModelError(
-            f"'{path}' has artifact format {data.get('format')}; "
-            f"this polytile reads {FORMAT_VERSION}"
-        )
-    manifest = Manifest.from_json(data)
-    target = host(num_threads)
-    with np.load(root / "constants.npz") as npz:
-        constants = [npz[f"arr_{i}"] for i in range(len(npz.files))]
-    saved = manifest.target
-    same_cpu = saved.get("cpu") == target.cpu and saved.get("features") == target.features
-    mod = llvm.parse_bitcode((root / "module.bc").read_bytes())
-    if same_cpu:
-        jit = JitModule(mod, target, obj=(root / "module.o").read_bytes())
-    else:
-        jit = JitModule(mod, target)
-    return CompiledModel(manifest, constants, jit, mod, target)
+        if data.get("format") != FORMAT_VERSION:
+            raise ModelError(
+                f"'{path}' has artifact format {data.get('format')}; "
+                f"this polytile reads {FORMAT_VERSION}"
+            )
+        manifest = Manifest.from_json(data)
+        count = int(data["parts"])
+        with np.load(root / "constants.npz") as npz:
+            constants = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+        target = host(num_threads)
+        saved = manifest.target
+        same_cpu = saved.get("cpu") == target.cpu and saved.get("features") == target.features
+        parts = []
+        for i in range(count):
+            bitcode = (root / f"part{i}.bc").read_bytes()
+            if same_cpu:
+                parts.append(Part(bitcode, (root / f"part{i}.o").read_bytes()))
+            else:
+                parts.append(recompile_part(bitcode, target))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"'{path}' is not a readable saved polytile model: {err}") from None
+    manifest = Manifest(**{**vars(manifest), "target": target.key()})
+    return CompiledModel(manifest, constants, JitModule(parts, target), parts, target)

@@ -81,3 +81,47 @@ def test_parse_input_shapes() -> None:
     assert cli.parse_input_shapes("a:[1,3] b:[2]") == {"a": (1, 3), "b": (2,)}
     with pytest.raises(InputError, match="name:"):
         cli.parse_input_shapes("a=[1,3]")
+
+
+def test_compile_then_run_a_saved_model(tmp_path: Path, capsys) -> None:
+    import numpy as np
+
+    path = write_model(tmp_path / "relu.onnx")
+    saved = tmp_path / "relu.ptm"
+    assert cli.main(["compile", str(path), "-o", str(saved)]) == 0
+    assert (saved / "manifest.json").exists()
+    x = np.array([[-1, 2, -3], [4, -5, 6]], dtype=np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    out = tmp_path / "out.npz"
+    argv = ["run", str(saved), "-i", str(tmp_path / "in.npz"), "-o", str(out), "--repeat", "3"]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "output y: float32[2, 3]" in text and "mean" in text and "median" in text
+    with np.load(out) as data:
+        np.testing.assert_array_equal(data["y"], np.maximum(x, 0))
+
+
+def test_bench_compares_with_onnxruntime(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "tanh.onnx", op="Tanh", shape=[4, 37])
+    assert cli.main(["bench", str(path), "--repeat", "3", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "against onnxruntime" in text and "polytile / onnxruntime latency" in text
+
+
+def test_compile_zoo_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    out = tmp_path / "compiled"
+    assert cli.main(["compile", "--zoo", "mlp", "-o", str(out)]) == 0
+    assert (out / "mlp.ptm" / "manifest.json").exists()
+    assert cli.main(["compile", "--zoo", "nosuch", "-o", str(out)]) == cli.EXIT_BAD_INPUT
+    assert "unknown model" in capsys.readouterr().err
+
+
+def test_run_errors_name_the_input(tmp_path: Path, capsys) -> None:
+    import numpy as np
+
+    path = write_model(tmp_path / "relu.onnx")
+    np.savez(tmp_path / "bad.npz", x=np.zeros((2, 4), np.float32))
+    assert cli.main(["run", str(path), "-i", str(tmp_path / "bad.npz")]) == cli.EXIT_BAD_INPUT
+    assert "input 'x' must have shape [2, 3]" in capsys.readouterr().err
+    assert cli.main(["run", str(tmp_path / "missing.ptm")]) == cli.EXIT_BAD_INPUT

@@ -1,0 +1,156 @@
+"""Per zoo model: polytile's compile time and default-schedule latency against
+onnxruntime's latency on the same inputs, in the same process, plus the agreement of the
+outputs. Writes benchmarks/results/models.{json,md} and models.png (a bar chart of the
+latency ratios).
+
+Targets on this 2-vCPU machine: ResNet-50 latency ≤ 2× onnxruntime (moonshot ≤ 1.2×),
+compile ≤ 10 s.
+
+    python benchmarks/model_bench.py [--models resnet50 squeezenet] [--repeat 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+import polytile as pt
+from polytile import zoo
+from polytile.codegen.target import host
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT = [n for n in zoo.NAMES if n != "vgg19"] + ["vgg19"]
+
+
+def timed(fn, repeat: int) -> list[float]:  # noqa: ANN001
+    fn()
+    fn()
+    found = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        found.append(time.perf_counter() - start)
+    return found
+
+
+def measure(name: str, repeat: int, threads: int) -> dict[str, object]:
+    path = zoo.materialize(name)
+    start = time.perf_counter()
+    model = pt.compile(str(path), num_threads=threads)
+    compile_s = time.perf_counter() - start
+    feeds = model.random_inputs(0)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    want = session.run(None, feeds)
+    got = model.run(feeds)
+    error = max(
+        float(np.max(np.abs(w.astype(np.float64) - g)) / (np.max(np.abs(w)) or 1.0))
+        for w, g in zip(want, got, strict=True)
+    )
+    mine = statistics.median(timed(lambda: model.run(feeds), repeat))
+    theirs = statistics.median(timed(lambda: session.run(None, feeds), repeat))
+    stats = model.stats
+    return {
+        "model": name,
+        "compile_s": round(compile_s, 2),
+        "compile_llvm_s": round(stats.llvm, 2),
+        "compile_schedule_s": round(stats.schedule, 2),
+        "kernels": stats.kernels,
+        "functions": stats.functions,
+        "arena_mib": round(stats.arena_bytes / 2**20, 1),
+        "unshared_mib": round(stats.unshared_bytes / 2**20, 1),
+        "polytile_ms": round(mine * 1e3, 3),
+        "onnxruntime_ms": round(theirs * 1e3, 3),
+        "ratio": round(mine / theirs, 2),
+        "max_rel_error": float(f"{error:.2e}"),
+    }
+
+
+def overhead(repeat: int) -> dict[str, float]:
+    """Python overhead of one run: a one-element Relu model against a bare ctypes call."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = pt.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    feeds = {"x": np.ones(1, np.float32)}
+    per_run = min(timed(lambda: [model.run(feeds) for _ in range(1000)], repeat)) / 1000
+    return {"run_overhead_us": round(per_run * 1e6, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=DEFAULT)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    target = host(args.threads)
+    rows = []
+    for name in args.models:
+        row = measure(name, args.repeat, target.num_threads)
+        print(json.dumps(row))
+        rows.append(row)
+    extra = overhead(5)
+    print(json.dumps(extra))
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "cpu": target.cpu,
+        "vector_bits": target.vector_bits,
+        "threads": target.num_threads,
+        "onnxruntime": ort.__version__,
+        "polytile": pt.__version__,
+        **extra,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "models.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines = [
+        f"# Models: polytile default schedules vs onnxruntime {ort.__version__}",
+        "",
+        f"{meta['cpu']}, {meta['vector_bits']}-bit vectors, {meta['threads']} threads; "
+        f"Python overhead per run {extra['run_overhead_us']} µs. Latency is the median "
+        "of the repeats, measured in one process run.",
+        "",
+        "| model | compile s (LLVM) | kernels (functions) | arena MiB (unshared) "
+        "| polytile ms | onnxruntime ms | ratio | max rel. error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['compile_s']} ({r['compile_llvm_s']}) | {r['kernels']} "
+            f"({r['functions']}) | {r['arena_mib']} ({r['unshared_mib']}) | {r['polytile_ms']} "
+            f"| {r['onnxruntime_ms']} | {r['ratio']}× | {r['max_rel_error']} |"
+        )
+    (RESULTS / "models.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.bar([r["model"] for r in rows], [r["ratio"] for r in rows])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylabel("latency / onnxruntime (lower is better)")
+        ax.set_title("polytile default schedules vs onnxruntime")
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+        fig.tight_layout()
+        fig.savefig(RESULTS / "models.png", dpi=120)
+    except ImportError:
+        print("matplotlib is not installed: no chart")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""One kernel under one schedule as native code, callable on numpy buffers: what the
+researcher API's `.build()` returns and what codegen tests compare with the reference."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from polytile.errors import InputError
+from polytile.poly.kernel import Role
+from polytile.poly.reference import allocate
+from polytile.poly.schedule import Schedule
+
+from .jit import JitModule, compile_part, emit_assembly, finalize, optimize
+from .module import kernel_module, runtime_module
+from .target import Target, host
+
+NAME = "polytile_kernel"
+
+
+class NativeKernel:
+    """`kernel(inputs)` runs the compiled schedule and returns every buffer afterwards."""
+
+    def __init__(self, schedule: Schedule, target: Target | None = None) -> None:
+        self.schedule = schedule
+        self.target = target or host()
+        mc, fn = kernel_module(schedule, NAME, self.target)
+        self.ir = finalize(mc.module, self.target)
+        self.params = fn.params
+        runtime = finalize(runtime_module(self.target).module, self.target)
+        self._parts = [compile_part(self.ir, self.target), compile_part(runtime, self.target)]
+        self._jit = JitModule(self._parts, self.target)
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(fn.params))(
+            self._jit.address(NAME)
+        )
+
+    def set_threads(self, count: int) -> None:
+        self._jit.set_threads(count)
+
+    def buffers(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every tensor's buffer: inputs checked and copied, constants, zeroed others."""
+        return allocate(self.schedule.kernel, inputs)
+
+    def run_on(self, buffers: Mapping[str, np.ndarray]) -> None:
+        """Run in place on buffers from `buffers()` (no checks, no copies)."""
+        self._fn(*[buffers[p].ctypes.data for p in self.params])
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        buffers = self.buffers(inputs)
+        self.run_on(buffers)
+        return buffers
+
+    def outputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        buffers = self(inputs)
+        return {t.name: buffers[t.name] for t in self.schedule.kernel.outputs()}
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {
+            t.name: rng.standard_normal(t.shape).astype(t.dtype)
+            for t in self.schedule.kernel.tensors.values()
+            if t.role is Role.INPUT
+        }
+
+    def benchmark(
+        self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10, number: int = 1
+    ) -> Any:
+        """Seconds per run (a `runtime.Timing`) over `repeat` × `number` runs."""
+        from polytile.runtime import Timing
+
+        if repeat < 1 or number < 1:
+            raise InputError("benchmark: repeat and number must be at least 1")
+        buffers = self.buffers(inputs if inputs is not None else self.random_inputs())
+        args = [buffers[p].ctypes.data for p in self.params]
+        self._fn(*args)
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                self._fn(*args)
+            results.append((time.perf_counter() - start) / number)
+        return Timing(tuple(results))
+
+    def gflops(self, seconds: float) -> float:
+        return self.schedule.kernel.flops() / seconds / 1e9
+
+    def assembly(self) -> str:
+        return emit_assembly(optimize(self.ir, self.target), self.target)

@@ -1,0 +1,250 @@
+"""The compiled-model runtime: results against onnxruntime, saved artifacts, the C library,
+feed validation, the ORT-compatible session, thread counts and the memory plan."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import polytile as pt
+from polytile.codegen.jit import linker
+from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
+from polytile.errors import InputError, ModelError
+
+RNG = np.random.default_rng(0)
+
+
+def residual_block(batch: int | str = 1) -> onnx.ModelProto:
+    """Conv → ReLU → Conv → + x → ReLU → GlobalAveragePool → Flatten → Gemm → Softmax."""
+    w1 = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2
+    w2 = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2
+    fc = RNG.standard_normal((5, 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 5])],
+        initializer=[
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(fc, "fc"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def block() -> tuple[onnx.ModelProto, pt.CompiledModel]:
+    model = residual_block()
+    return model, pt.compile(model)
+
+
+def test_compiled_model_matches_onnxruntime(block) -> None:
+    model, compiled = block
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    (got,) = compiled.run(feeds)
+    (want,) = ort_run(model, feeds)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert compiled.stats.kernels >= 3
+    assert 0 < compiled.stats.arena_bytes <= compiled.stats.unshared_bytes
+
+
+def test_thread_counts_give_identical_results(block) -> None:
+    _, compiled = block
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    compiled.set_num_threads(1)
+    one = compiled.run(feeds)[0]
+    compiled.set_num_threads(2)
+    two = compiled.run(feeds)[0]
+    np.testing.assert_array_equal(one, two)
+    with pytest.raises(InputError, match="num_threads"):
+        compiled.set_num_threads(0)
+
+
+def test_save_and_load_give_the_same_results(block, tmp_path: Path) -> None:
+    _, compiled = block
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    path = compiled.save(tmp_path / "block.ptm")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == 1 and manifest["inputs"][0]["name"] == "x"
+    loaded = pt.load(path)
+    np.testing.assert_array_equal(loaded.run(feeds)[0], compiled.run(feeds)[0])
+    compiled.save(path)  # overwriting an artifact is allowed
+    assert pt.load(path).output_names == ["y"]
+
+
+def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="not a readable saved polytile model"):
+        pt.load(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format": 99}')
+    with pytest.raises(ModelError, match="format 99"):
+        pt.load(tmp_path)
+
+
+@pytest.mark.skipif(linker() is None, reason="no system linker")
+def test_exported_library_is_callable_from_c(block, tmp_path: Path) -> None:
+    _, compiled = block
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    path = compiled.export_library(tmp_path / "block.so")
+    lib = ctypes.CDLL(str(path))
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    with np.load(f"{path}.npz") as npz:
+        constants = [np.ascontiguousarray(npz[f"arr_{i}"]) for i in range(len(npz.files))]
+    arena = np.zeros(manifest["arena_bytes"] + 64, dtype=np.uint8)
+    out = np.zeros((1, 5), dtype=np.float32)
+    pointers = ctypes.c_void_p * 8
+    lib.polytile_run(
+        pointers(feeds["x"].ctypes.data),
+        pointers(out.ctypes.data),
+        pointers(*[c.ctypes.data for c in constants]),
+        ctypes.c_void_p(arena.ctypes.data),
+    )
+    np.testing.assert_allclose(out, compiled.run(feeds)[0], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        ({}, "input 'x' is missing"),
+        ({"x": np.zeros((1, 8, 10, 12), np.float64)}, "must be float32, got float64"),
+        ({"x": np.zeros((1, 8, 10, 11), np.float32)}, r"must have shape \[1, 8, 10, 12\]"),
+        ({"x": np.zeros((1, 8, 10, 12), np.float32), "z": 1}, r"unknown input\(s\) \['z'\]"),
+    ],
+)
+def test_bad_feeds_are_input_errors_naming_the_input(block, feeds: dict, message: str) -> None:
+    _, compiled = block
+    with pytest.raises(InputError, match=message):
+        compiled.run(feeds)
+
+
+def test_non_contiguous_feeds_are_accepted(block) -> None:
+    _, compiled = block
+    x = RNG.standard_normal((1, 8, 12, 10)).astype(np.float32)
+    view = x.transpose(0, 1, 3, 2)
+    np.testing.assert_array_equal(
+        compiled.run({"x": view})[0], compiled.run({"x": np.ascontiguousarray(view)})[0]
+    )
+
+
+def test_session_is_onnxruntime_compatible() -> None:
+    model = residual_block()
+    mine = pt.InferenceSession(model.SerializeToString())
+    theirs = ort.InferenceSession(model.SerializeToString())
+    for a, b in zip(
+        mine.get_inputs() + mine.get_outputs(),
+        theirs.get_inputs() + theirs.get_outputs(),
+        strict=True,
+    ):
+        assert (a.name, a.shape, a.type) == (b.name, b.shape, b.type)
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    np.testing.assert_allclose(
+        mine.run(["y"], feeds)[0], theirs.run(["y"], feeds)[0], rtol=1e-4, atol=1e-6
+    )
+    with pytest.raises(InputError, match="unknown output"):
+        mine.run(["nope"], feeds)
+
+
+def test_session_compiles_dynamic_shapes_per_feed_shape() -> None:
+    model = residual_block(batch="N")
+    mine = pt.InferenceSession(model)
+    assert mine.get_inputs()[0].shape == ["N", 8, 10, 12]
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 8, 10, 12)).astype(np.float32)}
+        (got,) = mine.run(None, feeds)
+        assert got.shape == (batch, 5)
+        np.testing.assert_allclose(got, ort_run(model, feeds)[0], rtol=1e-4, atol=1e-6)
+    with pytest.raises(InputError, match="must have shape"):
+        mine.run(None, {"x": np.zeros((1, 8, 10, 13), np.float32)})
+
+
+def test_outputs_that_no_kernel_writes() -> None:
+    """A graph output that is an input, a constant, or listed twice is still returned."""
+    c = numpy_helper.from_array(np.arange(3, dtype=np.float32), "c")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"])],
+        "passthrough",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3]),
+        ],
+        initializer=[c],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    got = pt.compile(model).run({"x": x})
+    for g, w in zip(got, [np.maximum(x, 0), x, np.arange(3, dtype=np.float32)] * 2, strict=False):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[3], np.maximum(x, 0))
+
+
+def test_benchmark_reports_each_repeat(block) -> None:
+    _, compiled = block
+    timing = compiled.benchmark(repeat=4, number=2)
+    assert len(timing.results) == 4 and all(t > 0 for t in timing.results)
+    assert timing.min <= timing.median <= max(timing.results)
+    with pytest.raises(InputError):
+        compiled.benchmark(repeat=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5000), st.integers(0, 20), st.integers(0, 20)),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_memory_plan_never_overlaps_live_tensors(items: list[tuple[int, int, int]]) -> None:
+    lifetimes = {
+        f"t{i}": Lifetime(size, min(a, b), max(a, b)) for i, (size, a, b) in enumerate(items)
+    }
+    plan = plan_memory(lifetimes)
+    assert plan.arena_bytes <= plan.unshared_bytes
+    names = sorted(lifetimes)
+    for n in names:
+        assert plan.offsets[n] % ALIGN == 0
+        assert plan.offsets[n] + lifetimes[n].size <= plan.arena_bytes
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            la, lb = lifetimes[a], lifetimes[b]
+            if la.first <= lb.last and lb.first <= la.last:
+                sa, sb = plan.offsets[a], plan.offsets[b]
+                assert sa + la.size <= sb or sb + lb.size <= sa, (a, b)
+
+
+def test_memory_plan_reuses_dead_tensors() -> None:
+    chain = {f"t{i}": Lifetime(1000, i, i + 1) for i in range(10)}
+    plan = plan_memory(chain)
+    assert plan.arena_bytes <= 3 * 1024 < plan.unshared_bytes
