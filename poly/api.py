@@ -67,6 +67,11 @@ class ScheduleHandle:
     def decompose_reduction(self, stmt: str, loop: str) -> None:
         self.schedule = T.decompose_reduction(self.schedule, stmt, loop)
 
+    def rfactor(self, stmt: str, dim: str, factor: int) -> None:
+        """Partial results of reduction `stmt` per `dim % factor` (see `poly.rfactor`);
+        the loops restart from the new kernel's initial schedule."""
+        self.schedule = T.rfactor(self.schedule, stmt, dim, factor)
+
     def parallel(self, loop: str) -> None:
         self.schedule = T.parallel(self.schedule, loop)
 

@@ -23,6 +23,7 @@ from polytile.frontend.graph import unique_name
 from . import isl_helpers as ih
 from .expr import Expr, Load, rewrite
 from .kernel import Kernel, Role, Tensor
+from .rfactor import rfactor
 from .schedule import (
     Leaf,
     Loop,
@@ -484,6 +485,7 @@ STEPS: Mapping[str, Callable[..., Schedule]] = {
     "vectorize": lambda s, a: vectorize(s, a["loop"]),
     "unroll": lambda s, a: unroll(s, a["loop"]),
     "pack": lambda s, a: pack(s, a["tensor"], a["axis"], a["factor"]),
+    "rfactor": lambda s, a: rfactor(s, a["stmt"], a["dim"], a["factor"]),
 }
 
 
