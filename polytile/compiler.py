@@ -3,8 +3,10 @@ static memory plan) wrapped in a `CompiledModel`.
 
 The pipeline, one reason per stage:
 - import, optimize, partition (frontend): a typed, folded graph of fused groups;
-- lower each group to a kernel (poly): exact statements and dependences;
-- schedule each kernel (default heuristic): tiled, vectorized, parallel, weights packed;
+- lower each group to a kernel (poly): exact statements and dependences, canonical names
+  so that identical groups share one workload key;
+- schedule each workload once (default heuristic: tiled, vectorized, parallel, weights
+  packed) and transplant the loops onto identical groups (their own weights packed);
 - plan memory: intermediate tensors share one arena by liveness;
 - emit one LLVM function per distinct schedule (identical groups share code, their
   constants are arguments) and the entry function; optimize and JIT it.
@@ -27,6 +29,7 @@ from polytile.errors import TuningError
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
 from polytile.frontend.importer import ModelSource
+from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower
@@ -84,11 +87,17 @@ def compile(
     target = target or host(num_threads, opt_level)
     config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
     schedules: list[Schedule] = []
+    by_workload: dict[str, Schedule] = {}
     for done, group in enumerate(parts.groups):
         t0 = time.perf_counter()
-        kernel = lower(graph, group)
+        kernel, _ = canonicalize(lower(graph, group))
         t1 = time.perf_counter()
-        schedules.append(default_schedule(kernel, config))
+        key = kernel.workload_key()
+        if key in by_workload:  # an identical group: same loops, its own weights
+            schedules.append(transplant(by_workload[key], kernel))
+        else:
+            by_workload[key] = default_schedule(kernel, config)
+            schedules.append(by_workload[key])
         stats.lower += t1 - t0
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
