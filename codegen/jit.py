@@ -4,6 +4,7 @@ library when the system has a linker."""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import os
 import re
@@ -96,6 +97,11 @@ def _load_runtime() -> None:
     library = openmp_library()
     if library is not None:
         llvm.load_library_permanently(library)
+    # LLVM's backend calls libgcc / compiler-rt helpers for conversions it cannot inline
+    # (double → half is __truncdfhf2); MCJIT binds a symbol it cannot find to address 0
+    helpers = ctypes.util.find_library("gcc_s")
+    if helpers is not None:
+        llvm.load_library_permanently(helpers)
 
 
 class JitModule:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from polytile.poly.ast_check import verify_ast
 from polytile.poly.schedule import Schedule
 
 from .kernel import KernelFunction, emit_kernel
@@ -61,9 +62,13 @@ def runtime_module(target: Target) -> ModuleContext:
 
 
 def kernel_module(
-    schedule: Schedule, name: str, target: Target
+    schedule: Schedule, name: str, target: Target, verify: bool = True
 ) -> tuple[ModuleContext, KernelFunction]:
-    """A module of its own for one kernel function, so kernels compile in parallel."""
+    """A module of its own for one kernel function, so kernels compile in parallel. The
+    schedule's AST is first checked to run every instance exactly once (`verify=False`
+    when the caller has checked it)."""
+    if verify:
+        verify_ast(schedule)
     mc = new_module(name, target, defines_runtime=False)
     return mc, emit_kernel(mc, schedule, name)
 

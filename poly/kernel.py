@@ -111,6 +111,11 @@ class Kernel:
         if len(set(names)) != len(names):
             raise ValueError(f"kernel {self.name}: statement names are not unique")
 
+    def __reduce__(self) -> tuple[type[Kernel], tuple[str, dict[str, Tensor], tuple]]:
+        """Pickled as its fields only (cached isl objects are rebuilt on demand), so that
+        kernels travel to measurement worker processes."""
+        return (Kernel, (self.name, dict(self.tensors), self.statements))
+
     @cached_property
     def statement(self) -> Mapping[str, Statement]:
         return MappingProxyType({s.name: s for s in self.statements})

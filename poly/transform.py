@@ -21,6 +21,7 @@ from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
+from .ast_check import verify_ast
 from .expr import Expr, Load, rewrite
 from .kernel import Kernel, Role, Tensor
 from .rfactor import rfactor
@@ -234,7 +235,12 @@ def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
     body = _replace_top(schedule.body, path[0].name, fused)
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
     check_order(result, step)
-    return _check_marks(result, step), name
+    result = _check_marks(result, step)
+    try:
+        verify_ast(result)
+    except IllegalSchedule as err:
+        raise IllegalSchedule(f"{step}: {err}") from None
+    return result, name
 
 
 # --- moving statements -----------------------------------------------------------------

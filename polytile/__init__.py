@@ -20,6 +20,7 @@ _LAZY = {
     "CompiledModel": ("polytile.runtime", "CompiledModel"),
     "InferenceSession": ("polytile.session", "InferenceSession"),
     "SessionOptions": ("polytile.session", "SessionOptions"),
+    "tune": ("polytile.search.tune", "tune"),
 }
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "kernel",
     "kernel_from_node",
     "load",
+    "tune",
 ]
 
 

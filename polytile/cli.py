@@ -291,6 +291,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Search schedules, append measurements to the records, report before / after."""
+    from polytile.search.measure import MeasureConfig
+    from polytile.search.tune import tune
+
+    path = resolve_model(args.model, args.seed)
+    budget = parse_duration(args.time_budget) if args.time_budget else None
+    result = tune(
+        str(path),
+        trials=args.trials,
+        records=args.records,
+        seed=args.seed,
+        tasks=args.tasks,
+        time_budget=budget,
+        strategy=args.strategy,
+        num_threads=args.threads,
+        input_shapes=parse_input_shapes(args.input_shapes),
+        measure=MeasureConfig(timeout=args.timeout),
+    )
+    print(result.table())
+    if args.end_to_end:
+        import polytile as pt
+
+        before = pt.compile(str(path), num_threads=args.threads).benchmark(repeat=10)
+        after = pt.compile(str(path), num_threads=args.threads, records=args.records)
+        print_timing("end to end, default schedules", before)
+        print_timing("end to end, tuned", after.benchmark(repeat=10))
+    return 0
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `2h` → seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise InputError(
+            f"--time-budget takes a duration like 90s, 30m or 2h, not '{text}'"
+        ) from None
+
+
 def cmd_zoo(args: argparse.Namespace) -> int:
     from polytile import zoo
 
@@ -358,6 +401,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--number", type=int, default=1)
     model_options(bench)
     bench.set_defaults(func=cmd_bench)
+
+    tune = sub.add_parser("tune", help="search schedules and record the measurements")
+    tune.add_argument("model")
+    tune.add_argument("--trials", type=int, default=64)
+    tune.add_argument("--records", required=True, help="the JSONL records file (appended)")
+    tune.add_argument("--tasks", help="task indices to tune, like 0,2-5 (default: all)")
+    tune.add_argument("--time-budget", help="stop after this long: 90s, 30m, 2h")
+    tune.add_argument("--strategy", choices=["evolutionary", "random"], default="evolutionary")
+    tune.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    tune.add_argument(
+        "--end-to-end", action="store_true", help="time the model before and after tuning"
+    )
+    model_options(tune)
+    tune.set_defaults(func=cmd_tune)
 
     zoo = sub.add_parser("zoo", help="list or materialize the bundled models")
     zoo.add_argument("action", choices=["list", "materialize"])

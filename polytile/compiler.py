@@ -15,9 +15,13 @@ The pipeline, one reason per stage:
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,15 +29,17 @@ from polytile.codegen.jit import JitModule, compile_parts, finalize
 from polytile.codegen.module import KernelCall, Slot, add_entry, kernel_module, new_module
 from polytile.codegen.plan import Lifetime, plan_memory
 from polytile.codegen.target import Target, host
-from polytile.errors import TuningError
+from polytile.errors import IllegalSchedule, InputError
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
 from polytile.frontend.importer import ModelSource
+from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower
-from polytile.poly.schedule import Schedule
+from polytile.poly.schedule import Schedule, initial_schedule
+from polytile.poly.transform import replay
 
 from .runtime import CompiledModel, IOSpec, Manifest, OutputCopy
 
@@ -73,11 +79,6 @@ def compile(
 
     `num_threads` defaults to the machine's cores; `opt_level` is LLVM's (0-3).
     """
-    if records is not None:
-        raise TuningError(
-            "compile(records=...) applies tuning records once schedule search lands; "
-            "compile without records uses the default schedules"
-        )
     stats = CompileStats()
     start = time.perf_counter()
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
@@ -86,6 +87,7 @@ def compile(
     stats.frontend = time.perf_counter() - start
     target = target or host(num_threads, opt_level)
     config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+    tuned = _best_records(records, target)
     schedules: list[Schedule] = []
     by_workload: dict[str, Schedule] = {}
     for done, group in enumerate(parts.groups):
@@ -96,13 +98,55 @@ def compile(
         if key in by_workload:  # an identical group: same loops, its own weights
             schedules.append(transplant(by_workload[key], kernel))
         else:
-            by_workload[key] = default_schedule(kernel, config)
+            chosen = _tuned(kernel, tuned.get(key)) or default_schedule(kernel, config)
+            by_workload[key] = _verified(chosen)
             schedules.append(by_workload[key])
         stats.lower += t1 - t0
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
     return build(graph, schedules, target, stats)
+
+
+def _best_records(records: object, target: Target) -> dict[str, Any]:
+    """The best verified record per workload for this target (none without records)."""
+    if records is None:
+        return {}
+    from polytile.search.records import RecordFile, best_records
+
+    if isinstance(records, str | os.PathLike):
+        if not Path(records).is_file():
+            raise InputError(f"records file '{records}' does not exist")
+        return best_records(RecordFile(records), target.key())
+    if isinstance(records, RecordFile):
+        return best_records(records, target.key())
+    return best_records(list(records), target.key())  # type: ignore[call-overload]
+
+
+def _verified(schedule: Schedule) -> Schedule:
+    """The schedule if isl's AST for it runs every instance exactly once, else (an isl
+    AST-generation bug; see `poly.ast_check`) the kernel's initial schedule."""
+    try:
+        verify_ast(schedule)
+        return schedule
+    except IllegalSchedule as err:
+        warnings.warn(f"{err}; using the kernel's initial schedule instead", stacklevel=3)
+        fallback = initial_schedule(schedule.kernel)
+        verify_ast(fallback)
+        return fallback
+
+
+def _tuned(kernel: Kernel, record: Any) -> Schedule | None:
+    """The record's schedule replayed on the kernel (legality checked again), or None."""
+    if record is None:
+        return None
+    try:
+        return replay(kernel, record.trace)
+    except IllegalSchedule as err:
+        warnings.warn(
+            f"kernel {kernel.name}: a tuning record no longer applies ({err})", stacklevel=3
+        )
+        return None
 
 
 def build(
@@ -124,7 +168,7 @@ def build(
     for step, schedule in enumerate(schedules):
         # identical code is compiled once: groups differing only in tensor names or
         # constant values share a function (their constants are arguments)
-        mc, fn = kernel_module(schedule, PLACEHOLDER, target)
+        mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False)
         text = finalize(mc.module, target)
         key = hashlib.sha256(text.encode()).hexdigest()
         if key not in functions:

@@ -60,7 +60,6 @@ for _op, _fn in {
     "Sub": "sub",
     "Mul": "mul",
     "Div": "div",
-    "Pow": "pow",
     "And": "and",
     "Equal": "eq",
     "Greater": "gt",
@@ -79,6 +78,19 @@ def _fold(fn: str) -> Build:
     return build
 
 
+def _pow(ctx: LowerContext, a: list[Expr]) -> Expr:
+    """ONNX's Pow takes an exponent of any numeric type; the result has the base's type.
+    A float base takes the converted exponent; an integer base with a float exponent is
+    raised in double (as onnx's reference does) and converted back."""
+    base, exponent = a
+    if exponent.dtype == base.dtype:
+        return binary("pow", base, exponent)
+    if base.dtype.startswith("float") or not exponent.dtype.startswith("float"):
+        return binary("pow", base, Cast(exponent, base.dtype))
+    return Cast(binary("pow", Cast(base, "float64"), Cast(exponent, "float64")), base.dtype)
+
+
+_simple("Pow", _pow)
 _simple("Max", _fold("max"))
 _simple("Min", _fold("min"))
 _simple("Sum", _fold("add"))

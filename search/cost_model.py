@@ -1,0 +1,125 @@
+"""Cost models rank candidates before measurement. The interface is two methods: `fit` on
+(candidate, normalized throughput) pairs and `predict` scores (higher is faster).
+
+- `RandomModel`: random scores (the trivial model, for tests and for random search).
+- `GBModel`: scikit-learn gradient boosting on features of the schedule, trained on
+  throughput normalized per task (MetaSchedule's formulation: best latency / latency,
+  so every task's best is 1).
+
+Features (one row per candidate; all from the schedule's loop tree and the kernel):
+
+| feature | meaning |
+|---|---|
+| `log_vec` | log2 of the vectorized loop's extent (0 without one) |
+| `log_par` | log2 of the parallel loop's extent |
+| `log_unroll` | log2 of the unrolled loops' total extent |
+| `log_tile` | log2 of the spatial iterations below the main statement's first reduction loop |
+| `log_rinner` | log2 of the reduction iterations below that loop (the cache tile) |
+| `depth` | number of loops around the main statement |
+| `packed` | number of packed constant tensors |
+| `epilogue_depth` | loops shared by the epilogue with the main statement |
+| decisions | each sampled decision, ordinal-encoded |
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from polytile.poly import transform as T
+from polytile.poly.schedule import Schedule
+
+from .space import Candidate, SearchSpace
+
+
+class CostModel(Protocol):
+    def fit(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> None: ...
+
+    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray: ...
+
+
+class RandomModel:
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def fit(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> None:
+        del candidates, scores
+
+    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        return self.rng.random(len(candidates))
+
+
+def _log2(x: float) -> float:
+    return math.log2(x) if x > 0 else 0.0
+
+
+def schedule_features(schedule: Schedule, main: str) -> list[float]:
+    vec = par = unroll = 1.0
+    for loop, _ in schedule.loops():
+        if loop.annotation:
+            extent = T.loop_extent(schedule, loop.name)
+            if loop.annotation == "vector":
+                vec = max(vec, extent)
+            elif loop.annotation == "parallel":
+                par = max(par, extent)
+            else:
+                unroll *= extent
+    loops = schedule.loops_of(main)
+    stmt = schedule.kernel.statement[main]
+    tile = rinner = 1.0
+    seen_reduce = False
+    for loop in loops:
+        extent = T.loop_extent(schedule, loop.name)
+        is_reduce = any(loop.name.startswith(d) for d in stmt.reduction_dims)
+        if seen_reduce:
+            tile *= extent if not is_reduce else 1
+            rinner *= extent if is_reduce else 1
+        seen_reduce = seen_reduce or is_reduce
+    packed = sum(1 for t in schedule.kernel.tensors if t.endswith("_packed"))
+    return [_log2(vec), _log2(par), _log2(unroll), _log2(tile), _log2(rinner), len(loops), packed]
+
+
+def features(space: SearchSpace, candidate: Candidate) -> list[float]:
+    row = schedule_features(candidate.schedule, space.main.name)
+    for key, options in sorted(space.choices().items()):
+        value = candidate.decisions.get(key)
+        row.append(float(options.index(value)) if value in options else -1.0)
+    return row
+
+
+class GBModel:
+    """Gradient-boosted trees on `features`, retrained by the tuner as records arrive."""
+
+    def __init__(self, space_of: Mapping[str, SearchSpace] | None = None, seed: int = 0) -> None:
+        self.seed = seed
+        self._model: Any = None
+        self._rng = random.Random(seed)
+
+    def fit_rows(self, rows: Sequence[Sequence[float]], scores: Sequence[float]) -> None:
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        if len(rows) < 8:
+            self._model = None
+            return
+        width = max(len(r) for r in rows)
+        x = np.array([list(r) + [0.0] * (width - len(r)) for r in rows])
+        model = GradientBoostingRegressor(
+            n_estimators=80, max_depth=4, learning_rate=0.1, random_state=self.seed
+        )
+        model.fit(x, np.asarray(scores))
+        self._model = (model, width)
+
+    def predict_rows(self, rows: Sequence[Sequence[float]]) -> np.ndarray:
+        if self._model is None:
+            return np.array([self._rng.random() for _ in rows])
+        model, width = self._model
+        x = np.array([(list(r) + [0.0] * width)[:width] for r in rows])
+        return model.predict(x)
+
+    @property
+    def trained(self) -> bool:
+        return self._model is not None

@@ -1,0 +1,162 @@
+"""Tuning records: an append-only JSONL file, one line per measured candidate.
+
+A line holds the record format version, polytile's version, the workload key (of the
+canonical kernel), the target (CPU, features, threads), the trace, the latencies in
+seconds, the error kind (None when the candidate built, ran and verified), the seed and
+a timestamp. Lines are flushed and fsynced after each batch, so a crash loses at most the
+batch in flight and never a committed line; a partial or corrupt line is skipped with a
+warning when reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from polytile.errors import TuningError
+
+RECORD_VERSION = 1
+#: error kinds of a failed candidate
+ERRORS = ("illegal", "build", "runtime", "timeout", "crash", "wrong_result")
+
+
+def _polytile_version() -> str:
+    from polytile import __version__
+
+    return __version__
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str
+    target: Mapping[str, Any]
+    trace: tuple[Mapping[str, Any], ...]
+    latencies: tuple[float, ...] = ()
+    error: str | None = None
+    seed: int = 0
+    timestamp: float = field(default_factory=time.time)
+    version: int = RECORD_VERSION
+    polytile: str = field(default_factory=_polytile_version)
+    #: what the candidate's error said (empty when it succeeded)
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.error is not None and self.error not in ERRORS:
+            raise ValueError(f"unknown record error kind {self.error!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.latencies)
+
+    @property
+    def latency(self) -> float:
+        """The best measured time (seconds); infinite for a failed candidate."""
+        return min(self.latencies) if self.ok else float("inf")
+
+    def trace_key(self) -> str:
+        return json.dumps(list(self.trace), sort_keys=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "polytile": self.polytile,
+            "workload": self.workload,
+            "target": dict(self.target),
+            "trace": [dict(s) for s in self.trace],
+            "latencies": list(self.latencies),
+            "error": self.error,
+            "message": self.message,
+            "seed": self.seed,
+            "timestamp": self.timestamp,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Record:
+        return Record(
+            workload=str(data["workload"]),
+            target=dict(data["target"]),
+            trace=tuple(dict(s) for s in data["trace"]),
+            latencies=tuple(float(x) for x in data["latencies"]),
+            error=data.get("error"),
+            seed=int(data.get("seed", 0)),
+            timestamp=float(data.get("timestamp", 0.0)),
+            version=int(data["version"]),
+            polytile=str(data.get("polytile", "")),
+            message=str(data.get("message", "")),
+        )
+
+
+def same_target(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("cpu", "features", "threads"))
+
+
+class RecordFile:
+    """One JSONL file of records; appends are durable batch by batch."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_file():
+            raise TuningError(f"records file '{self.path}' is not a file")
+
+    def append(self, records: Iterable[Record]) -> None:
+        lines = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
+        if not lines:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+", encoding="utf-8") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:  # a previous crash may have left a partial last line
+                f.seek(f.tell() - 1)
+                last = f.read(1)
+                if last != "\n":
+                    f.write("\n")
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def __iter__(self) -> Iterator[Record]:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                    if data.get("version") != RECORD_VERSION:
+                        raise ValueError(f"record format {data.get('version')}")
+                    yield Record.from_json(data)
+                except (ValueError, KeyError, TypeError) as err:
+                    warnings.warn(
+                        f"{self.path}:{number}: skipping an unreadable record ({err})",
+                        stacklevel=2,
+                    )
+
+    def read(
+        self, workload: str | None = None, target: Mapping[str, Any] | None = None
+    ) -> list[Record]:
+        """Records of a workload and target (others are ignored)."""
+        return [
+            r
+            for r in self
+            if (workload is None or r.workload == workload)
+            and (target is None or same_target(r.target, target))
+        ]
+
+
+def best_records(
+    records: Sequence[Record] | RecordFile, target: Mapping[str, Any]
+) -> dict[str, Record]:
+    """The fastest verified record per workload, for one target."""
+    best: dict[str, Record] = {}
+    for r in records:
+        better = r.workload not in best or r.latency < best[r.workload].latency
+        if r.ok and same_target(r.target, target) and better:
+            best[r.workload] = r
+    return best

@@ -1,0 +1,52 @@
+"""Tuning records: durable appends, tolerant reads, filtering by workload and target."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polytile.search.records import Record, RecordFile, best_records
+
+TARGET = {"cpu": "znver4", "features": "+avx512f", "threads": 2}
+
+
+def record(workload: str = "w", latency: float | None = 1e-3, **kw: object) -> Record:
+    latencies = (latency, latency * 1.1) if latency is not None else ()
+    error = None if latency is not None else "build"
+    return Record(
+        workload, TARGET, ({"kind": "split", "args": {"loop": "i"}},), latencies, error, **kw
+    )
+
+
+def test_round_trip_and_best(tmp_path: Path) -> None:
+    f = RecordFile(tmp_path / "r.jsonl")
+    f.append([record(latency=2e-3), record(latency=1e-3), record(latency=None)])
+    f.append([record("other", 5e-3)])
+    read = f.read()
+    assert [r.latency for r in read[:2]] == [2e-3, 1e-3] and not read[2].ok
+    assert read[0] == record(latency=2e-3, timestamp=read[0].timestamp)
+    best = best_records(f, TARGET)
+    assert best["w"].latency == 1e-3 and best["other"].latency == 5e-3
+    assert best_records(f, {**TARGET, "threads": 1}) == {}  # another target: ignored
+    assert len(f.read(workload="other")) == 1
+
+
+def test_partial_and_corrupt_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    f = RecordFile(path)
+    f.append([record(latency=3e-3)])
+    with open(path, "a") as handle:
+        handle.write('{"version": 1, "workload": "w", "tar')  # a crash mid-write
+    f.append([record(latency=1e-3)])  # starts on a fresh line
+    with open(path, "a") as handle:
+        handle.write("not json\n" + json.dumps({"version": 99, "workload": "w"}) + "\n")
+    with pytest.warns(UserWarning, match="skipping an unreadable record"):
+        read = f.read()
+    assert [r.latency for r in read] == [3e-3, 1e-3]
+
+
+def test_unknown_error_kind_is_rejected() -> None:
+    with pytest.raises(ValueError, match="error kind"):
+        Record("w", TARGET, (), (), error="oops")
