@@ -58,6 +58,9 @@ def measure(name: str, repeat: int, threads: int) -> dict[str, object]:
     )
     mine = statistics.median(timed(lambda: model.run(feeds), repeat))
     theirs = statistics.median(timed(lambda: session.run(None, feeds), repeat))
+    model.set_num_threads(1)
+    serial = statistics.median(timed(lambda: model.run(feeds), repeat))
+    model.set_num_threads(threads)
     stats = model.stats
     return {
         "model": name,
@@ -71,6 +74,8 @@ def measure(name: str, repeat: int, threads: int) -> dict[str, object]:
         "polytile_ms": round(mine * 1e3, 3),
         "onnxruntime_ms": round(theirs * 1e3, 3),
         "ratio": round(mine / theirs, 2),
+        "serial_ms": round(serial * 1e3, 3),
+        "thread_speedup": round(serial / mine, 2),
         "max_rel_error": float(f"{error:.2e}"),
     }
 
@@ -124,14 +129,15 @@ def main() -> None:
         "of the repeats, measured in one process run.",
         "",
         "| model | compile s (LLVM) | kernels (functions) | arena MiB (unshared) "
-        "| polytile ms | onnxruntime ms | ratio | max rel. error |",
-        "|---|---|---|---|---|---|---|---|",
+        "| polytile ms | onnxruntime ms | ratio | 1-thread ms (speedup) | max rel. error |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['compile_s']} ({r['compile_llvm_s']}) | {r['kernels']} "
             f"({r['functions']}) | {r['arena_mib']} ({r['unshared_mib']}) | {r['polytile_ms']} "
-            f"| {r['onnxruntime_ms']} | {r['ratio']}× | {r['max_rel_error']} |"
+            f"| {r['onnxruntime_ms']} | {r['ratio']}× | {r['serial_ms']} "
+            f"({r['thread_speedup']}×) | {r['max_rel_error']} |"
         )
     (RESULTS / "models.md").write_text("\n".join(lines) + "\n")
     try:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import multiprocessing as mp
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -82,14 +82,27 @@ def recompile_part(bitcode: bytes, target: Target, pic: bool = False) -> Part:
     return compile_part(str(mod), target, pic)
 
 
+def _compile_args(args: tuple[str, Target, bool]) -> Part:
+    return compile_part(*args)
+
+
 def compile_parts(
     texts: Sequence[str], target: Target, workers: int | None = None, pic: bool = False
 ) -> list[Part]:
-    workers = workers or default_threads()
-    if workers <= 1 or len(texts) <= 1:
-        return [compile_part(t, target, pic) for t in texts]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda t: compile_part(t, target, pic), texts))
+    """Compile modules on several processes (llvmlite serializes every call into LLVM
+    behind one lock, so threads would not help); forked workers share the parent's
+    initialized LLVM. Serial where fork is unavailable or for a single module."""
+    workers = min(workers or default_threads(), len(texts))
+    jobs = [(t, target, pic) for t in texts]
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        return [_compile_args(j) for j in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -len(texts[i]))  # biggest first
+    with mp.get_context("fork").Pool(workers) as pool:
+        done = pool.map(_compile_args, [jobs[i] for i in order], chunksize=1)
+    parts: list[Part | None] = [None] * len(jobs)
+    for i, part in zip(order, done, strict=True):
+        parts[i] = part
+    return [p for p in parts if p is not None]
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
-from polytile.poly.kernel import Kernel, Statement
+from polytile.poly.kernel import Kernel, Statement, mentions
 from polytile.poly.quasi import parse_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
@@ -94,6 +94,7 @@ class _Emitter:
         self.base = base
         self.in_parallel = in_parallel
         self.shared = shared or _Shared()
+        self.promotion: _Promotion | None = None
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
 
@@ -130,7 +131,136 @@ class _Emitter:
             return
         if node.annotation == "unroll" and self.unrolled_loop(node, env):
             return
-        self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
+        promotion = self.promotable(node) if self.promotion is None else None
+        if promotion is None:
+            self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
+            return
+        pre = self.b.append_basic_block(f"{node.var}.acc")
+        self.b.branch(pre)
+        self.b.position_at_end(pre)
+        promotion.pre = pre
+        self.promotion = promotion
+        try:
+            self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
+        finally:
+            self.promotion = None
+        self.write_back(promotion)
+
+    # --- accumulators in registers ------------------------------------------------------
+    def promotable(self, node: For) -> _Promotion | None:
+        """A loop whose body only accumulates into addresses that stay fixed while it
+        runs (the reduction loops of a register tile): those accumulators are read
+        before the loop, kept in SSA values and written after it."""
+        calls: list[Call] = []
+        inner: dict[str, bool] = {}
+        if not self._collect(node.body, calls, inner):
+            return None
+        if not calls or len({c.stmt for c in calls}) != 1:
+            return None
+        stmt = self.kernel.statement[calls[0].stmt]
+        if stmt.reduction is None or any(
+            isinstance(e, Load) and e.tensor == stmt.tensor for e in walk(stmt.expr)
+        ):
+            return None
+        write_dims = [d for d in stmt.dims if any(mentions(i, d) for i in stmt.index)]
+        key_vars: set[str] = set()
+        for call in calls:
+            for dim, arg in zip(stmt.dims, call.args, strict=True):
+                if dim not in write_dims:
+                    continue
+                used = _vars(arg)
+                if node.var in used or any(not inner[v] for v in used if v in inner):
+                    return None
+                expanded = [v for v in used if v in inner]
+                if len(expanded) > 1 or (expanded and not _linear_in(arg, expanded[0])):
+                    return None
+                key_vars.update(expanded)
+        return _Promotion(stmt.name, tuple(sorted(key_vars)), tuple(write_dims))
+
+    def _collect(self, node: AstNode, calls: list[Call], inner: dict[str, bool]) -> bool:
+        """Calls and inner loops (var → expanded into constants) below a node; False
+        when something else (a guard, a parallel loop) is there."""
+        if isinstance(node, Call):
+            calls.append(node)
+            return True
+        if isinstance(node, Block):
+            return all(self._collect(i, calls, inner) for i in node.items)
+        if isinstance(node, Mark):
+            return self._collect(node.body, calls, inner)
+        if isinstance(node, For):
+            inner[node.var] = self._expanded(node)
+            return self._collect(node.body, calls, inner)
+        return False
+
+    def _expanded(self, node: For) -> bool:
+        """Whether codegen emits the loop as straight-line copies with constant values."""
+        if not isinstance(node.init, Int) or node.inc != Int(1):
+            return False
+        bound = _upper(node)
+        limit = _exact(bound) if bound is not None else None
+        if limit is None:
+            return False
+        trips = limit - node.init.value
+        if node.annotation == "unroll":
+            return 0 < trips <= MAX_UNROLL
+        if node.annotation == "vector":
+            lanes = self.vector_lanes(node)
+            return lanes is not None and trips % lanes == 0 and trips // lanes <= MAX_UNROLL
+        return False
+
+    def promoted_call(self, node: Call, env: Env, lanes: _Lanes | None) -> bool:
+        promotion = self.promotion
+        if promotion is None or node.stmt != promotion.stmt:
+            return False
+        stmt = self.kernel.statement[node.stmt]
+        t = self.kernel.tensors[stmt.tensor]
+        values = [env[v] for v in promotion.key_vars]
+        if not all(isinstance(v, ir.Constant) for v in values):
+            raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
+        key = (*(v.constant for v in values), lanes.count if lanes is not None else 0)
+        slot = promotion.slots.get(key)
+        if slot is None:
+            slot = self.open_slot(promotion, stmt, node, env, lanes)
+            promotion.slots[key] = slot
+        inst = _Instance(self, stmt, {}, lanes)
+        dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
+        inst.dims = dims
+        value = inst.value(stmt.expr)
+        old = self.b.load(slot.cell, typ=slot.type)
+        value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]
+        self.b.store(inst.splat(value), slot.cell)
+        return True
+
+    def open_slot(
+        self, promotion: _Promotion, stmt: Statement, node: Call, env: Env, lanes: _Lanes | None
+    ) -> _Slot:
+        """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
+        it a register)."""
+        t = self.kernel.tensors[stmt.tensor]
+        text = flat_index(t.shape, stmt.index)
+        assert promotion.pre is not None
+        with self.b.goto_block(promotion.pre):
+            dims = {
+                d: self.int(a, env)
+                for d, a in zip(stmt.dims, node.args, strict=True)
+                if d in promotion.write_dims
+            }
+            inst = _Instance(self, stmt, dims, lanes)
+            value = inst.splat(inst.load(t.name, t.dtype, text))
+        # (goto_block restores the position at the end of a block: no nesting)
+        with self.b.goto_entry_block():
+            cell = self.b.alloca(value.type)
+        with self.b.goto_block(promotion.pre):
+            self.b.store(value, cell)
+        return _Slot(cell, value.type, dims, lanes)
+
+    def write_back(self, promotion: _Promotion) -> None:
+        stmt = self.kernel.statement[promotion.stmt]
+        t = self.kernel.tensors[stmt.tensor]
+        text = flat_index(t.shape, stmt.index)
+        for slot in promotion.slots.values():
+            inst = _Instance(self, stmt, slot.dims, slot.lanes)
+            inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
 
     def body_of(self, node: For) -> Callable[[Env], None]:
         return lambda env: self.node(node.body, env)
@@ -170,22 +300,28 @@ class _Emitter:
 
     def unrolled_loop(self, node: For, env: Env) -> bool:
         bound = _upper(node)
-        if not isinstance(node.init, Int) or not isinstance(node.inc, Int) or bound is None:
+        start = _constant_lower(node.init)
+        if start is None or not isinstance(node.inc, Int) or bound is None:
             return False
         limit = _constant_bound(bound)
         if limit is None or node.inc.value <= 0:
             return False
-        values = range(node.init.value, limit, node.inc.value)
+        if not isinstance(node.init, Int) and node.inc.value != 1:
+            return False
+        values = range(start, limit, node.inc.value)
         if len(values) > MAX_UNROLL:
             return False
-        exact = isinstance(bound, Int)
+        exact = _exact(bound) is not None and isinstance(node.init, Int)
         for value in values:
             scope = {**env, node.var: ir.Constant(I64, value)}
             if exact:
                 self.node(node.body, scope)
-            else:
-                with self.b.if_then(self.cond(node.cond, scope)):
-                    self.node(node.body, scope)
+                continue
+            cond = node.cond
+            if not isinstance(node.init, Int):
+                cond = Op("and", (Op("ge", (Var(node.var), node.init)), cond))
+            with self.b.if_then(self.cond(cond, scope)):
+                self.node(node.body, scope)
         return True
 
     def parallel_loop(self, node: For, env: Env) -> bool:
@@ -206,11 +342,21 @@ class _Emitter:
         )
         outlined.linkage = "internal"
         outlined.attributes.add("nounwind")
-        inner = _Emitter(self.mc, self.schedule, outlined, {}, self.base, True, self.shared)
-        ib = inner.b
+        # the body takes the tensors as noalias arguments: pointers loaded from the
+        # context carry no alias facts, and without them no accumulator stays in a register
+        body_fn = ir.Function(
+            self.mc.module,
+            ir.FunctionType(ir.VoidType(), list(ctx_type.elements)),
+            f"{outlined.name}_body",
+        )
+        body_fn.linkage = "internal"
+        body_fn.attributes.add("nounwind")
+        for arg in body_fn.args[: len(self.ptrs)]:
+            arg.add_attribute("noalias")
+        ob = ir.IRBuilder(outlined.append_basic_block("entry"))
         loaded = [
-            ib.load(
-                ib.gep(
+            ob.load(
+                ob.gep(
                     outlined.args[0],
                     [ir.Constant(I32, 0), ir.Constant(I32, i)],
                     source_etype=ctx_type,
@@ -219,10 +365,14 @@ class _Emitter:
             )
             for i, t in enumerate(ctx_type.elements)
         ]
-        inner.ptrs = dict(zip(self.ptrs, loaded[: len(self.ptrs)], strict=True))
-        scope = dict(zip(names, loaded[len(self.ptrs) :], strict=True))
+        ob.call(body_fn, loaded)
+        ob.ret_void()
+        inner = _Emitter(self.mc, self.schedule, body_fn, {}, self.base, True, self.shared)
+        args = list(body_fn.args)
+        inner.ptrs = dict(zip(self.ptrs, args[: len(self.ptrs)], strict=True))
+        scope = dict(zip(names, args[len(self.ptrs) :], strict=True))
         inner.chunk(node, scope, bound)
-        ib.ret_void()
+        inner.b.ret_void()
         self.mc.run_parallel(b, outlined, ctx)
         return True
 
@@ -245,10 +395,12 @@ class _Emitter:
         self.serial_loop(node, {**env, "%stop": stop}, start, chunk_cond, 1, self.body_of(node))
 
     # --- vector loops -----------------------------------------------------------------
-    def vector_loop(self, node: For, env: Env) -> bool:
+    def vector_lanes(self, node: For) -> int | None:
+        """Lanes of a vector loop: one register of the narrowest type, fewer when the
+        loop is shorter; None when it cannot run as vectors."""
         calls = _calls(node.body)
         if calls is None or node.inc != Int(1):
-            return False
+            return None
         dtypes = set()
         for call in calls:
             stmt = self.kernel.statement[call.stmt]
@@ -260,7 +412,12 @@ class _Emitter:
         if limit is not None and isinstance(node.init, Int):
             trips = limit - node.init.value
             lanes = min(lanes, 1 << max(trips, 1).bit_length() - 1)
-        if lanes < 2:
+        return lanes if lanes >= 2 else None
+
+    def vector_loop(self, node: For, env: Env) -> bool:
+        lanes = self.vector_lanes(node)
+        calls = _calls(node.body)
+        if lanes is None or calls is None:
             return False
         loop = node.loop
         plans = {
@@ -277,6 +434,15 @@ class _Emitter:
                 else:
                     self.call(call, scope, _Lanes(lanes, plan))
 
+        if self._expanded(node):
+            # constant trip count, a multiple of the lanes: straight-line vectors
+            assert isinstance(node.init, Int)
+            bound = _upper(node)
+            limit = _exact(bound) if bound is not None else None
+            assert limit is not None
+            for start in range(node.init.value, limit, lanes):
+                vector_body({**env, node.var: ir.Constant(I64, start)})
+            return True
         end = self.serial_loop(node, env, self.int(node.init, env), node.cond, lanes, vector_body)
         self.serial_loop(node, env, end, node.cond, 1, self.body_of(node))
         return True
@@ -308,10 +474,16 @@ class _Emitter:
         return plan
 
     def _plus(self, value: ir.Value, n: int) -> ir.Value:
+        """value + n, folded when value is a constant (promoted accumulators of expanded
+        loops are keyed by their iterators' constant values)."""
+        if isinstance(value, ir.Constant) and isinstance(value.constant, int):
+            return ir.Constant(I64, value.constant + n)
         return value if n == 0 else self.b.add(value, ir.Constant(I64, n), flags=["nsw"])
 
     # --- statements -------------------------------------------------------------------
     def call(self, node: Call, env: Env, lanes: _Lanes | None = None) -> None:
+        if self.promoted_call(node, env, lanes):
+            return
         stmt = self.kernel.statement[node.stmt]
         dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
         inst = _Instance(self, stmt, dims, lanes)
@@ -372,6 +544,26 @@ class _Emitter:
                 join = b.and_ if e.op == "and" else b.or_
                 return _fold(parts, join)
         return b.icmp_signed("!=", self.int(e, env), ir.Constant(I64, 0))
+
+
+@dataclass
+class _Slot:
+    """One promoted accumulator: its stack cell and where it lives in memory."""
+
+    cell: ir.Value
+    type: ir.Type
+    dims: dict[str, ir.Value]
+    lanes: _Lanes | None
+
+
+@dataclass
+class _Promotion:
+    stmt: str
+    #: expanded inner loops the accumulator's address depends on
+    key_vars: tuple[str, ...]
+    write_dims: tuple[str, ...]
+    pre: ir.Block | None = None
+    slots: dict[tuple, _Slot] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -677,6 +869,33 @@ def _calls(node: AstNode) -> list[Call] | None:
     return None
 
 
+def _vars(e: AstExpr) -> set[str]:
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Op):
+        return set().union(*(_vars(a) for a in e.args))
+    return set()
+
+
+def _linear_in(e: AstExpr, var: str) -> bool:
+    """`e` is `var` plus / minus terms without it, or an integer multiple of that: then
+    distinct values of `var` give distinct values of `e`."""
+    if e == Var(var):
+        return True
+    if isinstance(e, Op) and e.op in ("add", "sub"):
+        a, c = e.args
+        if var not in _vars(c):
+            return _linear_in(a, var)
+        return e.op == "add" and var not in _vars(a) and _linear_in(c, var)
+    if isinstance(e, Op) and e.op == "mul":
+        a, c = e.args
+        if isinstance(a, Int) and a.value != 0:
+            return _linear_in(c, var)
+        if isinstance(c, Int) and c.value != 0:
+            return _linear_in(a, var)
+    return False
+
+
 def _upper(node: For) -> AstExpr | None:
     """The exclusive upper bound of a loop whose condition bounds its iterator above."""
     return _bound(node.cond, node.var)
@@ -718,6 +937,26 @@ def _constant_bound(e: AstExpr) -> int | None:
             return sum(p for p in parts if p is not None)
         if isinstance(e.args[1], Int) and parts[0] is not None:
             return parts[0] + e.args[1].value
+    return None
+
+
+def _exact(e: AstExpr) -> int | None:
+    """The value of an expression of integers only."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "add":
+        parts = [_exact(a) for a in e.args]
+        return None if None in parts else sum(parts)  # type: ignore[arg-type]
+    return None
+
+
+def _constant_lower(e: AstExpr) -> int | None:
+    """A constant lower bound of an expression built of ints and max."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "max":
+        known = [k for k in (_constant_lower(a) for a in e.args) if k is not None]
+        return max(known) if known else None
     return None
 
 

@@ -66,7 +66,8 @@ def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Sch
     main = main_statement(kernel)
     if main.reduction:
         schedule = _schedule_reduction(schedule, main, config)
-    done = set(statements_below(_top_nest(schedule, main.name)))
+    nest = _top_nest(schedule, main.name)
+    done = set(statements_below(nest)) if nest is not None else {main.name}
     for nest in schedule.body:
         stmts = statements_below(nest)
         if isinstance(nest, Loop) and not set(stmts) & done:
@@ -74,11 +75,11 @@ def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Sch
     return schedule
 
 
-def _top_nest(schedule: Schedule, stmt: str) -> Loop:
+def _top_nest(schedule: Schedule, stmt: str) -> Loop | None:
+    """The outermost loop around `stmt`; None for a statement over a 0-d domain."""
     for node in schedule.body:
         if stmt in statements_below(node):
-            assert isinstance(node, Loop)
-            return node
+            return node if isinstance(node, Loop) else None
     raise IllegalSchedule(f"no nest holds {stmt}")
 
 
@@ -89,6 +90,9 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     reduce = [n for n in names if dim_of[n] in main.reduction_dims]
     if not spatial:
         return _schedule_simple(schedule, names[0], config)
+    conv = _conv_plan(schedule, main, spatial, dim_of, config)
+    if conv is not None:
+        return _schedule_conv(schedule, main, spatial, reduce, dim_of, conv, config)
     vec = spatial[-1]
     vec_dim = dim_of[vec]
     vec_loads = [ld for ld in loads(main.expr) if _depends(ld.index, vec_dim)]
@@ -101,9 +105,12 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     block_dim = dim_of[block] if block is not None else None
     schedule = _pack_weights(schedule, main, vec_dim, block_dim, config)
     outer, inner = list(spatial), []
-    if T.loop_extent(schedule, vec) >= 2 * width:
+    extent = T.loop_extent(schedule, vec)
+    if extent >= 2 * width:
+        # two vectors per row when they fit evenly: twice the independent accumulators
+        factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
         try:
-            schedule, (v0, v1) = T.split_named(schedule, vec, (None, width))
+            schedule, (v0, v1) = T.split_named(schedule, vec, (None, factor))
             outer[outer.index(vec)] = v0
             inner.append(v1)
         except IllegalSchedule:
@@ -136,6 +143,120 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if init is not None:
         schedule = _vectorize_innermost(schedule, init, config)
     return _parallelize_outer(schedule, main.name, config)
+
+
+@dataclass(frozen=True)
+class _ConvPlan:
+    weight: str
+    axis: int
+    #: the loop over output channels (vectorized) and the row loop (register-blocked)
+    channel: str
+    row: str
+    lanes: int
+    block: int
+
+
+def _conv_plan(
+    schedule: Schedule,
+    main: Statement,
+    spatial: list[str],
+    dim_of: dict[str, str],
+    config: DefaultConfig,
+) -> _ConvPlan | None:
+    """Convolution-like reductions: a constant operand (the weights) depends on an
+    output dim (the channels) that no other operand depends on. Vectorizing that dim
+    makes every tile full (channel counts are multiples of the vector width) whatever
+    the image width, stride or padding; the row dim is blocked so that one loaded weight
+    vector feeds several accumulators, each a broadcast input element."""
+    if len(spatial) < 2:
+        return None
+    lanes = config.vector_width
+    row = spatial[-1]
+    row_dim = dim_of[row]
+    for ld in loads(main.expr):
+        t = schedule.kernel.tensors.get(ld.tensor)
+        if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
+            continue
+        for name in spatial[:-1]:
+            dim = dim_of[name]
+            if dim not in ld.index or _depends(ld.index, row_dim):
+                continue
+            others = [o for o in loads(main.expr) if o is not ld]
+            if any(_depends(o.index, dim) for o in others):
+                continue
+            extent = T.loop_extent(schedule, name)
+            if extent % lanes:
+                continue
+            width = 2 * lanes if extent % (2 * lanes) == 0 else lanes
+            block = _row_block(T.loop_extent(schedule, row), 2 * config.register_block)
+            return _ConvPlan(ld.tensor, ld.index.index(dim), name, row, width, block)
+    return None
+
+
+def _row_block(extent: int, largest: int) -> int:
+    """A register block that divides the row (no partial tiles), else `largest`."""
+    if extent <= largest + largest // 2:
+        return extent
+    for size in range(largest, largest // 2 - 1, -1):
+        if extent % size == 0:
+            return size
+    return largest
+
+
+def _schedule_conv(
+    schedule: Schedule,
+    main: Statement,
+    spatial: list[str],
+    reduce: list[str],
+    dim_of: dict[str, str],
+    plan: _ConvPlan,
+    config: DefaultConfig,
+) -> Schedule:
+    schedule = _try(schedule, lambda s: T.pack(s, plan.weight, plan.axis, plan.lanes))
+    outer = list(spatial)
+    schedule, (c0, c1) = T.split_named(schedule, plan.channel, (None, plan.lanes))
+    outer[outer.index(plan.channel)] = c0
+    rows = plan.row
+    row_inner = plan.row
+    if T.loop_extent(schedule, plan.row) > plan.block:
+        schedule, (rows, row_inner) = T.split_named(schedule, plan.row, (None, plan.block))
+        outer[outer.index(plan.row)] = rows
+    else:
+        outer.remove(plan.row)
+    # padding makes the reduction's range depend on the row: the row block goes above
+    # the reduction loops that move along the row, so its own bounds stay constant
+    padded = not main.domain_set().is_box()
+    row_dim = dim_of[plan.row]
+    moving = [
+        r
+        for r in reduce
+        if padded
+        and any(
+            mentions(str(i), row_dim) and mentions(str(i), dim_of[r])
+            for ld in loads(main.expr)
+            for i in ld.index
+        )
+    ]
+    still = [r for r in reduce if r not in moving]
+    order = [*outer, *still, row_inner, *moving, c1]
+    schedule = _try(schedule, lambda s: T.reorder(s, *order))
+    current = [loop.name for loop in schedule.loops_of(main.name)]
+    first_reduce = next((n for n in current if n in reduce), None)
+    if first_reduce is not None:
+        schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
+    tile_loop = [n for n in current if n in outer][-1] if outer else None
+    if tile_loop is not None:
+        for stmt in _epilogue(schedule.kernel, main):
+            schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
+    schedule = _try(schedule, lambda s: T.vectorize(s, c1))
+    schedule = _try(schedule, lambda s: T.unroll(s, row_inner))
+    for stmt in _epilogue(schedule.kernel, main):
+        schedule = _vectorize_innermost(schedule, stmt, config)
+    init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
+    if init is not None:
+        schedule = _vectorize_innermost(schedule, init, config)
+    # fusing a row loop into the parallel loop would turn padding bounds into guards
+    return _parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
 
 
 def _pack_weights(
@@ -196,8 +317,11 @@ def _vectorize_innermost(schedule: Schedule, stmt: str, config: DefaultConfig) -
     return schedule
 
 
-def _parallelize_outer(schedule: Schedule, stmt: str, config: DefaultConfig) -> Schedule:
-    """Parallelize the outermost loop, fused with the next ones while it is too short."""
+def _parallelize_outer(
+    schedule: Schedule, stmt: str, config: DefaultConfig, stop: set[str] | None = None
+) -> Schedule:
+    """Parallelize the outermost loop, fused with the next ones (other than `stop`)
+    while it is too short."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
@@ -207,7 +331,7 @@ def _parallelize_outer(schedule: Schedule, stmt: str, config: DefaultConfig) -> 
         if extent >= config.threads * 4:
             break
         parent = schedule.loop(chain[-1])
-        if len(parent.body) != 1 or loop.annotation:
+        if len(parent.body) != 1 or loop.annotation or loop.name in (stop or ()):
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)

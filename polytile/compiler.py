@@ -165,17 +165,23 @@ def build(
     arity: dict[str, int] = {}
     texts: list[str] = []
     calls: list[KernelCall] = []
+    emitted: dict[tuple[str, str], str] = {}
     for step, schedule in enumerate(schedules):
         # identical code is compiled once: groups differing only in tensor names or
-        # constant values share a function (their constants are arguments)
-        mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False)
-        text = finalize(mc.module, target)
-        key = hashlib.sha256(text.encode()).hexdigest()
-        if key not in functions:
-            name = f"{prefix}_k{len(functions)}_{_short(schedule.kernel)}"
-            functions[key] = name
-            arity[name] = len(fn.params)
-            texts.append(text.replace(f'@"{PLACEHOLDER}"', f'@"{name}"'))
+        # constant values share a function (their constants are arguments). The same
+        # workload under the same trace is the same code without emitting it again.
+        known = (schedule.kernel.workload_key(), schedule.trace_hash())
+        if known in emitted:
+            key = emitted[known]
+        else:
+            mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False)
+            text = finalize(mc.module, target)
+            key = emitted[known] = hashlib.sha256(text.encode()).hexdigest()
+            if key not in functions:
+                name = f"{prefix}_k{len(functions)}_{_short(schedule.kernel)}"
+                functions[key] = name
+                arity[name] = len(fn.params)
+                texts.append(text.replace(f'@"{PLACEHOLDER}"', f'@"{name}"'))
         kernel = schedule.kernel
         args = tuple(layout.slot(step, t.name, kernel) for t in kernel.tensors.values())
         calls.append(KernelCall(functions[key], args))

@@ -17,8 +17,13 @@ Features (one row per candidate; all from the schedule's loop tree and the kerne
 | `log_rinner` | log2 of the reduction iterations below that loop (the cache tile) |
 | `depth` | number of loops around the main statement |
 | `packed` | number of packed constant tensors |
+| `log_work`, `log_elems` (per depth d ≤ 8) | one tile at depth d (instances sharing |
+| | loops 0..d): its instances, the elements it touches (isl bounding boxes) |
+| `log_written`, `log_intensity` (per depth) | elements it writes; instances per element touched |
 | `epilogue_depth` | loops shared by the epilogue with the main statement |
-| decisions | each sampled decision, ordinal-encoded |
+
+Features come from the schedule alone (not from the sampler's decisions), so any record's
+trace can be replayed and featurized: the model pre-trains from existing records.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from polytile.poly import transform as T
+from polytile.poly.footprint import footprints
 from polytile.poly.schedule import Schedule
 
 from .space import Candidate, SearchSpace
@@ -83,12 +89,26 @@ def schedule_features(schedule: Schedule, main: str) -> list[float]:
     return [_log2(vec), _log2(par), _log2(unroll), _log2(tile), _log2(rinner), len(loops), packed]
 
 
+#: tile levels (loop depths) described by footprint features
+LEVELS = 8
+
+
+def footprint_features(schedule: Schedule, main: str) -> list[float]:
+    """Per loop depth: log2 of the tile's work, footprint, written footprint and
+    arithmetic intensity (see `poly.footprint`), padded to LEVELS depths."""
+    row: list[float] = []
+    for tile in footprints(schedule, main)[:LEVELS]:
+        work, elements = max(tile.work, 1), max(tile.elements, 1)
+        row += [_log2(work), _log2(elements), _log2(max(tile.written, 1)), _log2(work / elements)]
+    return row + [0.0] * (4 * LEVELS - len(row))
+
+
 def features(space: SearchSpace, candidate: Candidate) -> list[float]:
-    row = schedule_features(candidate.schedule, space.main.name)
-    for key, options in sorted(space.choices().items()):
-        value = candidate.decisions.get(key)
-        row.append(float(options.index(value)) if value in options else -1.0)
-    return row
+    return trace_features(candidate.schedule, space.main.name)
+
+
+def trace_features(schedule: Schedule, main: str) -> list[float]:
+    return schedule_features(schedule, main) + footprint_features(schedule, main)
 
 
 class GBModel:

@@ -44,21 +44,7 @@ UNSUPPORTED: dict[str, str] = {
     r"^test_resize_\w+_antialias$": "Resize antialias=1 is not supported",
 }
 
-BUGS: dict[str, str] = {
-    r"^test_cast(?:like)?_DOUBLE_to_FLOAT16": (
-        "bug, segfault: LLVM lowers fptrunc double→half to a call of __truncdfhf2 "
-        "(libgcc), which the JIT leaves unresolved (address 0); codegen/jit.py "
-        "_load_runtime does not load libgcc_s"
-    ),
-    r"^test_pow_types_(?:float32_u?int(?:32|64)|int(?:32|64)_float32)$": (
-        "bug: Pow with exponent type ≠ base type builds a mixed-type binary (invalid LLVM "
-        "call / cast); poly/lower/elementwise.py lowers Pow without casting the exponent"
-    ),
-    r"^test_einsum_scalar$": (
-        "bug: a statement over a 0-d domain has no loop nest and poly/default.py "
-        "_top_nest asserts one (AssertionError in default_schedule)"
-    ),
-}
+BUGS: dict[str, str] = {}
 
 
 @functools.cache
