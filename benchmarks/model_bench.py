@@ -46,21 +46,26 @@ def measure(name: str, repeat: int, threads: int) -> dict[str, object]:
     model = pt.compile(str(path), num_threads=threads)
     compile_s = time.perf_counter() - start
     feeds = model.random_inputs(0)
+    # each peer is timed alone: spinning worker threads of the other (libgomp's,
+    # onnxruntime's) would otherwise steal the two cores at the start of a measurement
+    mine = statistics.median(timed(lambda: model.run(feeds), repeat))
+    model.set_num_threads(1)
+    serial = statistics.median(timed(lambda: model.run(feeds), repeat))
+    model.set_num_threads(threads)
+    got = model.run(feeds)
+    time.sleep(1.0)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    theirs = statistics.median(timed(lambda: session.run(None, feeds), repeat))
     want = session.run(None, feeds)
-    got = model.run(feeds)
+    session = None  # its threads stop before the next model
+    time.sleep(1.0)
     error = max(
         float(np.max(np.abs(w.astype(np.float64) - g)) / (np.max(np.abs(w)) or 1.0))
         for w, g in zip(want, got, strict=True)
     )
-    mine = statistics.median(timed(lambda: model.run(feeds), repeat))
-    theirs = statistics.median(timed(lambda: session.run(None, feeds), repeat))
-    model.set_num_threads(1)
-    serial = statistics.median(timed(lambda: model.run(feeds), repeat))
-    model.set_num_threads(threads)
     stats = model.stats
     return {
         "model": name,

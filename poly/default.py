@@ -14,6 +14,7 @@ and a vectorized inner loop. Every step is checked; an illegal one is skipped.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -182,15 +183,39 @@ def _conv_plan(
             if dim not in ld.index or _depends(ld.index, row_dim):
                 continue
             others = [o for o in loads(main.expr) if o is not ld]
-            if any(_depends(o.index, dim) for o in others):
-                continue
             extent = T.loop_extent(schedule, name)
-            if extent % lanes:
+            # the widest vector (two registers, one, half of one) that divides the
+            # channels: every tile full (1000 classifier channels take 8 lanes). Other
+            # operands may depend on the channel only through its group (grouped conv:
+            # floor(m/128)), when a vector never straddles two groups.
+            fitting = [
+                w
+                for w in (2 * lanes, lanes, lanes // 2)
+                if w >= 4
+                and extent % w == 0
+                and all(_uniform_in_blocks(o.index, dim, w) for o in others)
+            ]
+            if not fitting:
                 continue
-            width = 2 * lanes if extent % (2 * lanes) == 0 else lanes
+            width = fitting[0]
             block = _row_block(T.loop_extent(schedule, row), 2 * config.register_block)
             return _ConvPlan(ld.tensor, ld.index.index(dim), name, row, width, block)
     return None
+
+
+def _uniform_in_blocks(index: tuple, dim: str, width: int) -> bool:
+    """The index does not change inside aligned blocks of `width` values of `dim`: it
+    does not use `dim`, or only as `floor(dim/k)` with k a multiple of `width`."""
+    for entry in index:
+        text = str(entry)
+        if not mentions(text, dim):
+            continue
+        grouped = re.fullmatch(rf"(.*)floor\({re.escape(dim)}/(\d+)\)(.*)", text)
+        if grouped is None or mentions(grouped[1] + grouped[3], dim):
+            return False
+        if int(grouped[2]) % width:
+            return False
+    return True
 
 
 def _row_block(extent: int, largest: int) -> int:

@@ -50,9 +50,11 @@ def _run_model(model: onnx.ModelProto, width: int) -> None:
     _run(k, width, want)
 
 
-def _conv(c: int, m: int, size: int, kernel_size: int, stride: int, pad: int) -> onnx.ModelProto:
+def _conv(
+    c: int, m: int, size: int, kernel_size: int, stride: int, pad: int, group: int = 1
+) -> onnx.ModelProto:
     rng = np.random.default_rng(1)
-    w = rng.standard_normal((m, c, kernel_size, kernel_size)).astype(np.float32)
+    w = rng.standard_normal((m, c // group, kernel_size, kernel_size)).astype(np.float32)
     bias = rng.standard_normal(m).astype(np.float32)
     conv = helper.make_node(
         "Conv",
@@ -61,6 +63,7 @@ def _conv(c: int, m: int, size: int, kernel_size: int, stride: int, pad: int) ->
         kernel_shape=[kernel_size] * 2,
         strides=[stride] * 2,
         pads=[pad] * 4,
+        group=group,
     )
     graph = helper.make_graph(
         [conv],
@@ -88,6 +91,15 @@ def test_conv_shapes(
     c: int, m: int, size: int, kernel_size: int, stride: int, pad: int, width: int
 ) -> None:
     _run_model(_conv(c, m, size, kernel_size, stride, pad), width)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "group"),
+    [(16, 64, 2), (8, 32, 4), (8, 24, 1)],  # grouped (a vector stays in one group); 24 → 8 lanes
+)
+@pytest.mark.parametrize("width", [8, 16])
+def test_grouped_and_odd_channel_convs(c: int, m: int, group: int, width: int) -> None:
+    _run_model(_conv(c, m, 9, 3, 1, 1, group), width)
 
 
 @pytest.mark.parametrize("n", [16, 64, 72])
