@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -75,14 +77,16 @@ def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
     return results
 
 
-def _worker(conn: Connection, target: Target, config: MeasureConfig) -> None:
-    """Serve jobs: ('task', kernel, inputs, expected) sets the task, ('run', trace) measures
-    one candidate and answers (error, message, latencies)."""
+def _worker(conn: Connection) -> None:
+    """Serve jobs: ('init', target, config) first; ('task', kernel, inputs, expected) sets
+    the task; ('run', trace) measures one candidate and answers (error, message,
+    latencies)."""
     from polytile.codegen.native import NativeKernel
     from polytile.errors import IllegalSchedule
     from polytile.poly.transform import replay
 
     kernel = inputs = expected = None
+    _, target, config = conn.recv()
     while True:
         try:
             message = conn.recv()
@@ -131,27 +135,34 @@ class Measurer:
     def __init__(self, target: Target, config: MeasureConfig | None = None) -> None:
         self.target = target
         self.config = config or MeasureConfig()
-        self._context = mp.get_context("spawn")
-        self._proc: Any = None
+        self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._task: tuple[Kernel, dict, dict] | None = None
+        #: the caller's key of the task the worker holds (set_task is skipped when equal)
+        self.task_key: str | None = None
 
     def _start(self) -> None:
-        parent, child = self._context.Pipe()
-        self._proc = self._context.Process(
-            target=_worker, args=(child, self.target, self.config), daemon=True
+        """A fresh interpreter running this module as the worker (not multiprocessing's
+        spawn, which re-imports the caller's main script)."""
+        parent, child = mp.Pipe()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "polytile.search.measure", str(child.fileno())],
+            pass_fds=(child.fileno(),),
         )
-        self._proc.start()
         child.close()
         self._conn = parent
+        parent.send(("init", self.target, self.config))
         if self._task is not None:
             self._send(("task", *self._task), self.config.timeout + 60)
 
     def _stop(self) -> None:
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join(5)
+            self._proc.wait(5)
         self._proc = self._conn = None
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -174,7 +185,7 @@ class Measurer:
 
     def set_task(self, kernel: Kernel, inputs: dict, expected: dict) -> None:
         self._task = (kernel, inputs, expected)
-        if self._proc is None or not self._proc.is_alive():
+        if not self._alive():
             self._start()
         else:
             self._send(("task", kernel, inputs, expected), self.config.timeout + 60)
@@ -184,7 +195,7 @@ class Measurer:
     ) -> list[Record]:
         records = []
         for trace in traces:
-            if self._proc is None or not self._proc.is_alive():
+            if not self._alive():
                 self._start()
             try:
                 error, message, latencies = self._send(("run", trace), self.config.timeout)
@@ -192,7 +203,7 @@ class Measurer:
                 error, message, latencies = "timeout", f"over {self.config.timeout} s", ()
                 self._stop()
             except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-                code = self._proc.exitcode if self._proc is not None else None
+                code = self._proc.poll() if self._proc is not None else None
                 error, message, latencies = "crash", f"worker died (exit code {code})", ()
                 self._stop()
             records.append(
@@ -207,3 +218,7 @@ class Measurer:
                 )
             )
         return records
+
+
+if __name__ == "__main__":
+    _worker(Connection(int(sys.argv[1])))
