@@ -1,7 +1,7 @@
 """Cost models rank candidates before measurement. The interface is two methods: `fit` on
 (candidate, normalized throughput) pairs and `predict` scores (higher is faster).
 
-- `RandomModel`: random scores (the trivial model, for tests and for random search).
+- `RandomModel`: random scores (the trivial model, for tests).
 - `GBModel`: scikit-learn gradient boosting on features of the schedule, trained on
   throughput normalized per task (MetaSchedule's formulation: best latency / latency,
   so every task's best is 1).
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,22 +41,28 @@ from polytile.poly.schedule import Schedule
 
 from .space import Candidate, SearchSpace
 
+Rows = Sequence[Sequence[float]]
+
 
 class CostModel(Protocol):
-    def fit(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> None: ...
+    """Scores candidates from their feature rows (higher is faster)."""
 
-    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray: ...
+    def fit_rows(self, rows: Rows, scores: Sequence[float]) -> None: ...
+
+    def predict_rows(self, rows: Rows) -> np.ndarray: ...
 
 
 class RandomModel:
+    """The trivial model: seeded random scores."""
+
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def fit(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> None:
-        del candidates, scores
+    def fit_rows(self, rows: Rows, scores: Sequence[float]) -> None:
+        del rows, scores
 
-    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
-        return self.rng.random(len(candidates))
+    def predict_rows(self, rows: Rows) -> np.ndarray:
+        return self.rng.random(len(rows))
 
 
 def _log2(x: float) -> float:
@@ -114,12 +120,13 @@ def trace_features(schedule: Schedule, main: str) -> list[float]:
 class GBModel:
     """Gradient-boosted trees on `features`, retrained by the tuner as records arrive."""
 
-    def __init__(self, space_of: Mapping[str, SearchSpace] | None = None, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self._model: Any = None
         self._rng = random.Random(seed)
 
-    def fit_rows(self, rows: Sequence[Sequence[float]], scores: Sequence[float]) -> None:
+    def fit_rows(self, rows: Rows, scores: Sequence[float]) -> None:
+        """Fit normalized throughputs; with fewer than 8 samples, predict at random."""
         from sklearn.ensemble import GradientBoostingRegressor
 
         if len(rows) < 8:
@@ -133,7 +140,7 @@ class GBModel:
         model.fit(x, np.asarray(scores))
         self._model = (model, width)
 
-    def predict_rows(self, rows: Sequence[Sequence[float]]) -> np.ndarray:
+    def predict_rows(self, rows: Rows) -> np.ndarray:
         if self._model is None:
             return np.array([self._rng.random() for _ in rows])
         model, width = self._model

@@ -27,7 +27,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.kernel import Role
 
-from .cost_model import GBModel, features
+from .cost_model import CostModel, GBModel, features
 from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile
 from .space import Candidate, SearchSpace
@@ -126,6 +126,7 @@ class Tuner:
         measure: MeasureConfig | None = None,
         batch: int = 8,
         epsilon: float = 0.2,
+        model: CostModel | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
@@ -137,7 +138,7 @@ class Tuner:
         self.batch = batch
         self.epsilon = epsilon
         self.rng = random.Random(seed)
-        self.model = GBModel(seed=seed)
+        self.model: CostModel = model if model is not None else GBModel(seed=seed)
         lanes = target.lanes("float32")
         config = DefaultConfig(vector_width=lanes, threads=target.num_threads)
         self.default_config = config
@@ -208,7 +209,11 @@ class Tuner:
             return fresh[0]
         return max(live, key=lambda s: s.task.weight * s.latency)
 
-    def run_round(self, measurer: Measurer, state: TaskState) -> list[Record]:
+    def run_round(
+        self, measurer: Measurer, state: TaskState, budget: int | None = None
+    ) -> list[Record]:
+        """Measure one batch (at most `budget` candidates) of a task's candidates."""
+        batch = min(self.batch, budget) if budget is not None else self.batch
         task = state.task
         if state.reference is None:  # the default schedule's outputs, computed once
             inputs = _inputs(task, self.seed)
@@ -223,7 +228,7 @@ class Tuner:
         if state.baseline is None:
             traces.append(state.default_trace)
             candidates.append(None)
-        for candidate in self.propose(state, self.batch - len(traces)):
+        for candidate in self.propose(state, batch - len(traces)):
             traces.append(candidate.trace)
             candidates.append(candidate)
         if not traces:
@@ -302,8 +307,7 @@ def tune(
             state = tuner.next_task()
             if state is None:
                 break
-            tuner.batch = max(1, min(batch, trials - used))
-            done = tuner.run_round(measurer, state)
+            done = tuner.run_round(measurer, state, trials - used)
             used += len(done)
             if bar is not None:
                 bar.update(len(done))

@@ -77,3 +77,22 @@ def test_compile_ignores_records_of_another_target(tmp_path: Path) -> None:
     assert compiled.run({"x": x})[0].shape == (24, 48)
     with pytest.raises(InputError, match="does not exist"):
         pt.compile(model(), records=str(tmp_path / "missing.jsonl"))
+
+
+def test_same_seed_and_records_propose_the_same_candidates(tmp_path: Path) -> None:
+    from polytile.codegen.target import host
+    from polytile.search.cost_model import RandomModel
+    from polytile.search.tune import Tuner
+
+    tasks = extract_tasks(model())
+    records = RecordFile(tmp_path / "r.jsonl")
+
+    def proposals(seed: int, strategy: str) -> list[str]:
+        tuner = Tuner(tasks, records, host(1), seed, strategy, model=RandomModel(seed))
+        return [json.dumps(c.trace) for c in tuner.propose(tuner.states[0], 6)]
+
+    for strategy in ("random", "evolutionary"):
+        first = proposals(5, strategy)
+        assert len(first) == 6 and len(set(first)) == 6
+        assert proposals(5, strategy) == first
+    assert proposals(6, "random") != proposals(5, "random")
