@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
+from polytile.errors import IllegalSchedule
+
 from .expr import Expr, Load, rewrite
 from .kernel import Kernel, Statement
 from .schedule import Schedule, initial_schedule
@@ -66,9 +68,12 @@ def transplant(schedule: Schedule, kernel: Kernel) -> Schedule:
     from . import transform as T
 
     moved = initial_schedule(kernel)
-    for step in schedule.trace:
-        if step.kind in KERNEL_STEPS:
-            moved = T.apply_step(moved, step)
+    try:
+        for step in schedule.trace:
+            if step.kind in KERNEL_STEPS:
+                moved = T.apply_step(moved, step)
+    except IllegalSchedule as err:
+        raise ValueError(f"kernel {kernel.name} has another structure ({err})") from None
     if moved.kernel.workload_key() != schedule.kernel.workload_key():
         raise ValueError(f"kernel {kernel.name} has another structure than the schedule's")
     return replace(moved, body=schedule.body, trace=schedule.trace)
