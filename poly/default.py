@@ -131,14 +131,14 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if first_reduce is not None:
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
     tile_loop = [n for n in current if n not in reduce and n not in inner][-1]
-    for stmt in _epilogue(schedule.kernel, main):
+    for stmt in epilogue(schedule.kernel, main):
         schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
     innermost = current[-1]
     if innermost in inner and innermost.startswith(vec):
         schedule = _try(schedule, lambda s: T.vectorize(s, innermost))
     if len(inner) == 2:
         schedule = _try(schedule, lambda s: T.unroll(s, inner[0]))
-    for stmt in _epilogue(schedule.kernel, main):
+    for stmt in epilogue(schedule.kernel, main):
         schedule = _vectorize_innermost(schedule, stmt, config)
     init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
     if init is not None:
@@ -271,11 +271,11 @@ def _schedule_conv(
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
     tile_loop = [n for n in current if n in outer][-1] if outer else None
     if tile_loop is not None:
-        for stmt in _epilogue(schedule.kernel, main):
+        for stmt in epilogue(schedule.kernel, main):
             schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
     schedule = _try(schedule, lambda s: T.vectorize(s, c1))
     schedule = _try(schedule, lambda s: T.unroll(s, row_inner))
-    for stmt in _epilogue(schedule.kernel, main):
+    for stmt in epilogue(schedule.kernel, main):
         schedule = _vectorize_innermost(schedule, stmt, config)
     init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
     if init is not None:
@@ -309,7 +309,7 @@ def _pack_weights(
     return schedule
 
 
-def _epilogue(kernel: Kernel, main: Statement) -> list[str]:
+def epilogue(kernel: Kernel, main: Statement) -> list[str]:
     """Statements after the main one that read its result (directly or through others)."""
     produced = {main.tensor}
     found = []

@@ -114,6 +114,19 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
         print(explain(default_schedule(kernel)), end="")
 
 
+def compare_outputs(
+    names: Sequence[str], want: Sequence[np.ndarray], got: Sequence[np.ndarray], label: str
+) -> float:
+    """Print each output's error relative to its scale; return the worst."""
+    worst = 0.0
+    for name, w, g in zip(names, want, got, strict=True):
+        scale = float(np.max(np.abs(w))) or 1.0
+        err = float(np.max(np.abs(w.astype(np.float64) - g))) / scale
+        worst = max(worst, err)
+        print(f"{label.format(name=name, shape=g.shape)} max |Δ| / max|y| = {err:.2e}")
+    return worst
+
+
 def verify(path: Path, optimized: Graph, seed: int) -> int:
     """Run the original model and the optimized graph with onnxruntime; compare outputs."""
     import onnxruntime as ort
@@ -132,12 +145,7 @@ def verify(path: Path, optimized: Graph, seed: int) -> int:
     got = ort.InferenceSession(export_model(optimized).SerializeToString(), options).run(
         None, feeds
     )
-    worst = 0
-    for name, w, g in zip(optimized.outputs, want, got, strict=True):
-        scale = float(np.max(np.abs(w))) or 1.0
-        err = float(np.max(np.abs(w.astype(np.float64) - g))) / scale
-        worst = max(worst, err)
-        print(f"verify {name}: shape {g.shape} max |Δ| / max|y| = {err:.2e}")
+    worst = compare_outputs(optimized.outputs, want, got, "verify {name}: shape {shape}")
     if worst > 1e-4:
         print("verify: the optimized graph differs from the original model", file=sys.stderr)
         return 1
@@ -267,12 +275,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     session = ort_session(resolve_model(args.model, args.seed), args.threads)
     want = session.run(None, feeds)
     got = model.run(feeds)
-    worst = 0.0
-    for name, w, g in zip(model.output_names, want, got, strict=True):
-        scale = float(np.max(np.abs(w))) or 1.0
-        err = float(np.max(np.abs(w.astype(np.float64) - g))) / scale
-        worst = max(worst, err)
-        print(f"output {name}: max |Δ| / max|y| = {err:.2e} against onnxruntime")
+    worst = compare_outputs(model.output_names, want, got, "output {name} against onnxruntime:")
     session.run(None, feeds)
     results = []
     for _ in range(args.repeat):

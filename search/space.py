@@ -21,7 +21,7 @@ from typing import Any
 
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import main_statement
+from polytile.poly.default import epilogue, main_statement
 from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
@@ -199,15 +199,7 @@ class SearchSpace:
         return schedule
 
     def _epilogue(self) -> list[str]:
-        produced = {self.main.tensor}
-        found, after = [], False
-        for s in self.kernel.statements:
-            if s.name == self.main.name:
-                after = True
-            elif after and s.init_of is None and any(ld.tensor in produced for ld in loads(s.expr)):
-                found.append(s.name)
-                produced.add(s.tensor)
-        return found
+        return epilogue(self.kernel, self.main)
 
     def _vectorize_innermost(self, schedule: Schedule, stmt: str, width: int) -> Schedule:
         own = [lp for lp in schedule.loops_of(stmt) if statements_below(lp) == [stmt]]
