@@ -216,3 +216,15 @@ def test_build_and_benchmark_from_the_schedule_handle() -> None:
     np.testing.assert_allclose(got, np.maximum(inputs["A"] @ inputs["B"], 0), rtol=1e-5, atol=1e-5)
     timing = sch.benchmark(inputs, repeat=3)
     assert len(timing.results) == 3 and timing.min > 0
+
+
+def test_accumulators_are_kept_in_registers_across_the_reduction() -> None:
+    """Codegen's local accumulation: the register tile's accumulators get stack cells
+    (which LLVM turns into registers) instead of a load and store of Y per k."""
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 64), B=(64, 64))
+    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)))
+    assert native.ir.count("alloca <16 x float>") >= 4
+    inputs = inputs_for(k)
+    np.testing.assert_allclose(
+        native.outputs(inputs)["Y"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5
+    )
