@@ -18,20 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
-from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
+from polytile.poly.expr import Iter, Load, walk
 from polytile.poly.kernel import Kernel, Statement, mentions
-from polytile.poly.quasi import parse_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
-from .llvm_types import I1, I8, I32, I64, PTR, ModuleContext, kind, memory_type, value_type
+from .llvm_types import I32, I64, PTR, ModuleContext
+from .values import Instance, Lanes, flat_index
 
-FAST = ("contract",)
 #: unroll marks on loops with more iterations than this stay loops
 MAX_UNROLL = 64
 
@@ -43,16 +41,6 @@ class KernelFunction:
     name: str
     #: tensor names in argument order
     params: tuple[str, ...]
-
-
-def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
-    """The row-major element offset of an index, as quasi-affine text."""
-    terms = []
-    stride = 1
-    for size, entry in zip(reversed(shape), reversed(index), strict=True):
-        terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
-        stride *= size
-    return " + ".join(reversed(terms)) if terms else "0"
 
 
 def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunction:
@@ -208,7 +196,7 @@ class _Emitter:
             return lanes is not None and trips % lanes == 0 and trips // lanes <= MAX_UNROLL
         return False
 
-    def promoted_call(self, node: Call, env: Env, lanes: _Lanes | None) -> bool:
+    def promoted_call(self, node: Call, env: Env, lanes: Lanes | None) -> bool:
         promotion = self.promotion
         if promotion is None or node.stmt != promotion.stmt:
             return False
@@ -222,7 +210,7 @@ class _Emitter:
         if slot is None:
             slot = self.open_slot(promotion, stmt, node, env, lanes)
             promotion.slots[key] = slot
-        inst = _Instance(self, stmt, {}, lanes)
+        inst = Instance(self, stmt, {}, lanes)
         dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
         inst.dims = dims
         value = inst.value(stmt.expr)
@@ -232,7 +220,7 @@ class _Emitter:
         return True
 
     def open_slot(
-        self, promotion: _Promotion, stmt: Statement, node: Call, env: Env, lanes: _Lanes | None
+        self, promotion: _Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
     ) -> _Slot:
         """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
         it a register)."""
@@ -245,7 +233,7 @@ class _Emitter:
                 for d, a in zip(stmt.dims, node.args, strict=True)
                 if d in promotion.write_dims
             }
-            inst = _Instance(self, stmt, dims, lanes)
+            inst = Instance(self, stmt, dims, lanes)
             value = inst.splat(inst.load(t.name, t.dtype, text))
         # (goto_block restores the position at the end of a block: no nesting)
         with self.b.goto_entry_block():
@@ -259,7 +247,7 @@ class _Emitter:
         t = self.kernel.tensors[stmt.tensor]
         text = flat_index(t.shape, stmt.index)
         for slot in promotion.slots.values():
-            inst = _Instance(self, stmt, slot.dims, slot.lanes)
+            inst = Instance(self, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
 
     def body_of(self, node: For) -> Callable[[Env], None]:
@@ -432,7 +420,7 @@ class _Emitter:
                         lane_scope = {**scope, node.var: self._plus(scope[node.var], lane)}
                         self.call(call, lane_scope)
                 else:
-                    self.call(call, scope, _Lanes(lanes, plan))
+                    self.call(call, scope, Lanes(lanes, plan))
 
         if self._expanded(node):
             # constant trip count, a multiple of the lanes: straight-line vectors
@@ -481,12 +469,12 @@ class _Emitter:
         return value if n == 0 else self.b.add(value, ir.Constant(I64, n), flags=["nsw"])
 
     # --- statements -------------------------------------------------------------------
-    def call(self, node: Call, env: Env, lanes: _Lanes | None = None) -> None:
+    def call(self, node: Call, env: Env, lanes: Lanes | None = None) -> None:
         if self.promoted_call(node, env, lanes):
             return
         stmt = self.kernel.statement[node.stmt]
         dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
-        inst = _Instance(self, stmt, dims, lanes)
+        inst = Instance(self, stmt, dims, lanes)
         value = inst.value(stmt.expr)
         t = self.kernel.tensors[stmt.tensor]
         text = flat_index(t.shape, stmt.index)
@@ -553,7 +541,7 @@ class _Slot:
     cell: ir.Value
     type: ir.Type
     dims: dict[str, ir.Value]
-    lanes: _Lanes | None
+    lanes: Lanes | None
 
 
 @dataclass
@@ -564,298 +552,6 @@ class _Promotion:
     write_dims: tuple[str, ...]
     pre: ir.Block | None = None
     slots: dict[tuple, _Slot] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Lanes:
-    count: int
-    #: stride along the vector loop of every address and dimension text
-    strides: Mapping[str, int | None]
-
-
-class _Instance:
-    """Code for one statement instance: scalars, or `lanes.count` consecutive instances
-    as vectors. A value is a scalar (uniform across lanes) until it meets a vector."""
-
-    def __init__(
-        self, em: _Emitter, stmt: Statement, dims: Mapping[str, ir.Value], lanes: _Lanes | None
-    ) -> None:
-        self.em = em
-        self.b = em.b
-        self.mc = em.mc
-        self.stmt = stmt
-        self.dims = dims
-        self.lanes = lanes
-        self.offsets: dict[str, ir.Value] = {}
-
-    # --- memory -----------------------------------------------------------------------
-    def offset(self, text: str) -> ir.Value:
-        if text not in self.offsets:
-            self.offsets[text] = self.em.int(parse_index(text), self.dims)
-        return self.offsets[text]
-
-    def stride(self, text: str) -> int:
-        if self.lanes is None:
-            return 0
-        stride = self.lanes.strides[text]
-        assert stride is not None
-        return stride
-
-    def address(self, tensor: str, dtype: str, offset: ir.Value) -> ir.Value:
-        return self.b.gep(
-            self.em.ptrs[tensor], [offset], inbounds=True, source_etype=memory_type(dtype)
-        )
-
-    def load(self, tensor: str, dtype: str, text: str) -> ir.Value:
-        b = self.b
-        mem = memory_type(dtype)
-        align = _align(dtype)
-        base = self.offset(text)
-        stride = self.stride(text)
-        if stride == 0:
-            value = b.load(self.address(tensor, dtype, base), typ=mem, align=align)
-        elif stride == 1:
-            assert self.lanes is not None
-            vty = ir.VectorType(mem, self.lanes.count)
-            value = b.load(self.address(tensor, dtype, base), typ=vty, align=align)
-        else:
-            assert self.lanes is not None
-            value = ir.Constant(ir.VectorType(mem, self.lanes.count), None)
-            for lane in range(self.lanes.count):
-                at = b.add(base, ir.Constant(I64, stride * lane))
-                item = b.load(self.address(tensor, dtype, at), typ=mem, align=align)
-                value = b.insert_element(value, item, ir.Constant(I32, lane))
-        if kind(dtype) == "b":
-            zero = ir.Constant(value.type, None)
-            value = b.icmp_unsigned("!=", value, zero)
-        return value
-
-    def store(self, tensor: str, dtype: str, text: str, value: ir.Value) -> None:
-        b = self.b
-        align = _align(dtype)
-        if kind(dtype) == "b":
-            value = b.zext(value, _like(value.type, I8))
-        base = self.offset(text)
-        stride = self.stride(text)
-        if self.lanes is None:
-            b.store(value, self.address(tensor, dtype, base), align=align)
-            return
-        value = self.splat(value)
-        if stride == 1:
-            b.store(value, self.address(tensor, dtype, base), align=align)
-            return
-        for lane in range(self.lanes.count):
-            at = b.add(base, ir.Constant(I64, stride * lane))
-            item = b.extract_element(value, ir.Constant(I32, lane))
-            b.store(item, self.address(tensor, dtype, at), align=align)
-
-    # --- values -----------------------------------------------------------------------
-    def splat(self, value: ir.Value) -> ir.Value:
-        if self.lanes is None or isinstance(value.type, ir.VectorType):
-            return value
-        n = self.lanes.count
-        vty = ir.VectorType(value.type, n)
-        one = self.b.insert_element(ir.Constant(vty, None), value, ir.Constant(I32, 0))
-        mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
-        return self.b.shuffle_vector(one, ir.Constant(vty, None), mask)
-
-    def same_shape(self, *values: ir.Value) -> list[ir.Value]:
-        if any(isinstance(v.type, ir.VectorType) for v in values):
-            return [self.splat(v) for v in values]
-        return list(values)
-
-    def value(self, e: Expr) -> ir.Value:
-        b = self.b
-        if isinstance(e, Const):
-            return _constant(e.value, e.dtype)
-        if isinstance(e, Load):
-            t = self.em.kernel.tensors[e.tensor]
-            if all(isinstance(i, str) for i in e.index):
-                return self.load(t.name, e.dtype, flat_index(t.shape, e.index))  # type: ignore[arg-type]
-            return self.indirect_load(e)
-        if isinstance(e, Iter):
-            value = self.dims[e.name]
-            stride = self.stride(e.name)
-            if stride != 0:
-                assert self.lanes is not None
-                steps = ir.Constant(
-                    ir.VectorType(I64, self.lanes.count),
-                    [stride * lane for lane in range(self.lanes.count)],
-                )
-                value = b.add(self.splat(value), steps)
-            return self.convert(value, "int64", e.dtype)
-        if isinstance(e, Cast):
-            return self.convert(self.value(e.x), e.x.dtype, e.dtype)
-        if isinstance(e, Unary):
-            return self.unary(e.op, self.value(e.x), e.x.dtype)
-        if isinstance(e, Binary):
-            a, c = self.same_shape(self.value(e.a), self.value(e.b))
-            return self.binary(e.op, a, c, e.a.dtype)
-        if isinstance(e, Select):
-            cond, a, c = self.same_shape(self.value(e.cond), self.value(e.a), self.value(e.b))
-            return b.select(cond, a, c)
-        raise CodegenError(f"statement {self.stmt.name}: unknown expression {e!r}")
-
-    def indirect_load(self, e: Load) -> ir.Value:
-        """A load whose index includes run-time values (Gather): scalar code only."""
-        b = self.b
-        t = self.em.kernel.tensors[e.tensor]
-        offset: ir.Value = ir.Constant(I64, 0)
-        stride = 1
-        for size, entry in zip(reversed(t.shape), reversed(e.index), strict=True):
-            if isinstance(entry, str):
-                part = self.em.int(parse_index(entry), self.dims)
-            else:
-                part = self.convert(self.value(entry), entry.dtype, "int64")
-            offset = b.add(offset, b.mul(part, ir.Constant(I64, stride)))
-            stride *= size
-        value = b.load(
-            self.address(t.name, e.dtype, offset), typ=memory_type(e.dtype), align=_align(e.dtype)
-        )
-        if kind(e.dtype) == "b":
-            value = b.icmp_unsigned("!=", value, ir.Constant(I8, 0))
-        return value
-
-    def convert(self, value: ir.Value, src: str, dst: str) -> ir.Value:
-        b = self.b
-        target = _like(value.type, value_type(dst))
-        if value.type == target and kind(src) == kind(dst):
-            return value
-        ks, kd = kind(src), kind(dst)
-        if kd == "b":
-            zero = ir.Constant(value.type, None)
-            if ks == "f":
-                return b.fcmp_unordered("!=", value, zero)
-            return b.icmp_unsigned("!=", value, zero)
-        if ks == "f" and kd == "f":
-            wider = _width(value.type) < _width(target)
-            return b.fpext(value, target) if wider else b.fptrunc(value, target)
-        if ks == "f":
-            return b.fptosi(value, target) if kd == "i" else b.fptoui(value, target)
-        if kd == "f":
-            return b.sitofp(value, target) if ks == "i" else b.uitofp(value, target)
-        if _width(value.type) > _width(target):
-            return b.trunc(value, target)
-        if _width(value.type) < _width(target):
-            return b.sext(value, target) if ks == "i" else b.zext(value, target)
-        return value
-
-    def libm(self, name: str, x: ir.Value, dtype: str) -> ir.Value:
-        """A libm function lane by lane (float or double; half goes through float)."""
-        b = self.b
-        if isinstance(x.type, ir.VectorType):
-            out = ir.Constant(x.type, None)
-            for lane in range(x.type.count):
-                item = self.libm(name, b.extract_element(x, ir.Constant(I32, lane)), dtype)
-                out = b.insert_element(out, item, ir.Constant(I32, lane))
-            return out
-        if isinstance(x.type, ir.HalfType):
-            wide = self.libm(name, b.fpext(x, ir.FloatType()), "float32")
-            return b.fptrunc(wide, x.type)
-        double = isinstance(x.type, ir.DoubleType)
-        fn = self.mc.function(name if double else f"{name}f", x.type, [x.type])
-        return b.call(fn, [x])
-
-    def unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
-        b = self.b
-        k = kind(dtype)
-        zero = ir.Constant(x.type, None)
-        if op == "not":
-            return b.not_(x)
-        if k == "f":
-            if op == "neg":
-                return b.fneg(x)
-            if op in ("abs", "exp", "log", "sqrt", "floor", "ceil"):
-                name = "fabs" if op == "abs" else op
-                return b.call(self.mc.intrinsic(name, x.type), [x])
-            if op in ("erf", "tanh"):
-                return self.libm(op, x, dtype)
-            one = _constant_like(x.type, 1.0)
-            if op == "recip":
-                return b.fdiv(one, x)
-            if op == "sigmoid":
-                e = b.call(self.mc.intrinsic("exp", x.type), [b.fneg(x)])
-                return b.fdiv(one, b.fadd(one, e))
-            if op == "relu":
-                return b.select(b.fcmp_ordered("<", x, zero), zero, x)
-        else:
-            signed = k == "i"
-            if op == "neg":
-                return b.sub(zero, x)
-            if op == "abs":
-                return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x) if signed else x
-            if op in ("floor", "ceil"):
-                return x
-            if op == "relu":
-                return b.select(b.icmp_signed("<", x, zero), zero, x) if signed else x
-        raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
-
-    def binary(self, op: str, a: ir.Value, c: ir.Value, dtype: str) -> ir.Value:
-        b = self.b
-        k = kind(dtype)
-        compare = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-        if op in compare:
-            if k == "f":
-                fcmp = b.fcmp_unordered if op == "ne" else b.fcmp_ordered
-                return fcmp(compare[op], a, c)
-            icmp = b.icmp_signed if k == "i" else b.icmp_unsigned
-            return icmp(compare[op], a, c)
-        if op in ("and", "or"):
-            return b.and_(a, c) if op == "and" else b.or_(a, c)
-        if k == "b":
-            if op in ("max", "add"):
-                return b.or_(a, c)
-            if op in ("min", "mul"):
-                return b.and_(a, c)
-            raise CodegenError(f"statement {self.stmt.name}: {op} of bool has no code generation")
-        if k == "f":
-            simple = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem}
-            if op in simple:
-                return simple[op](a, c, flags=FAST)
-            if op in ("max", "min"):
-                name = "maximum" if op == "max" else "minimum"
-                return b.call(self.mc.intrinsic(name, a.type, 2), [a, c])
-            if op == "pow":
-                return b.call(self.mc.intrinsic("pow", a.type, 2), [a, c])
-        else:
-            signed = k == "i"
-            simple = {"add": b.add, "sub": b.sub, "mul": b.mul}
-            if op in simple:
-                return simple[op](a, c)
-            if op in ("max", "min"):
-                name = ("s" if signed else "u") + op
-                return b.call(self.mc.intrinsic(name, a.type, 2), [a, c])
-            if op in ("div", "mod"):
-                return self.int_division(op, a, c, signed)
-            if op == "pow":
-                wide = _like(a.type, ir.DoubleType())
-                to = b.sitofp if signed else b.uitofp
-                r = b.call(self.mc.intrinsic("pow", wide, 2), [to(a, wide), to(c, wide)])
-                return b.fptosi(r, a.type) if signed else b.fptoui(r, a.type)
-        raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
-
-    def int_division(self, op: str, a: ir.Value, c: ir.Value, signed: bool) -> ir.Value:
-        """C's truncating division / remainder, with x/0 = x%0 = 0 and no overflow trap."""
-        b = self.b
-        zero = ir.Constant(c.type, None)
-        one = _constant_like(c.type, 1)
-        by_zero = b.icmp_unsigned("==", c, zero)
-        if signed:
-            minus_one = b.icmp_signed("==", c, _constant_like(c.type, -1))
-            safe = b.select(b.or_(by_zero, minus_one), one, c)
-            if op == "div":
-                result = b.select(minus_one, b.sub(zero, a), b.sdiv(a, safe))
-            else:
-                result = b.select(minus_one, zero, b.srem(a, safe))
-        else:
-            safe = b.select(by_zero, one, c)
-            result = b.udiv(a, safe) if op == "div" else b.urem(a, safe)
-        return b.select(by_zero, zero, result)
-
-    def combine(self, combiner: str, old: ir.Value, new: ir.Value, dtype: str) -> ir.Value:
-        op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[combiner]
-        old, new = self.same_shape(old, new)
-        return self.binary(op, old, new, dtype)
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -988,39 +684,3 @@ def _floordiv(b: ir.IRBuilder, a: ir.Value, d: ir.Value, d_expr: AstExpr) -> ir.
         b.icmp_signed("<", r, ir.Constant(I64, 0)), b.icmp_signed("<", d, ir.Constant(I64, 0))
     )
     return b.sub(q, b.zext(b.and_(inexact, signs), I64))
-
-
-def _align(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
-
-
-def _like(shape_of: ir.Type, element: ir.Type) -> ir.Type:
-    """`element`, as a vector when `shape_of` is one."""
-    if isinstance(shape_of, ir.VectorType):
-        return ir.VectorType(element, shape_of.count)
-    return element
-
-
-def _width(ty: ir.Type) -> int:
-    if isinstance(ty, ir.VectorType):
-        ty = ty.element
-    if isinstance(ty, ir.IntType):
-        return ty.width
-    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(ty)]
-
-
-def _constant(value: float | int | bool, dtype: str) -> ir.Constant:
-    ty = value_type(dtype)
-    if kind(dtype) == "f":
-        return ir.Constant(ty, float(value))
-    if kind(dtype) == "b":
-        return ir.Constant(I1, int(bool(value)))
-    return ir.Constant(ty, int(value))
-
-
-def _constant_like(ty: ir.Type, value: float | int) -> ir.Constant:
-    element = ty.element if isinstance(ty, ir.VectorType) else ty
-    scalar = float(value) if not isinstance(element, ir.IntType) else int(value)
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [scalar] * ty.count)
-    return ir.Constant(ty, scalar)
