@@ -4,6 +4,7 @@ researcher API's `.build()` returns and what codegen tests compare with the refe
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,11 +16,18 @@ from polytile.poly.kernel import Role
 from polytile.poly.reference import allocate
 from polytile.poly.schedule import Schedule
 
-from .jit import JitModule, compile_part, emit_assembly, finalize, optimize
+from .jit import JitModule, Part, compile_part, emit_assembly, finalize, optimize
 from .module import kernel_module, runtime_module
 from .target import Target, host
 
 NAME = "polytile_kernel"
+
+
+@functools.cache
+def _runtime_part(target: Target) -> Part:
+    """The runtime's globals, compiled once per target (every kernel links its own copy
+    of the object; tuning builds hundreds of kernels)."""
+    return compile_part(finalize(runtime_module(target).module, target), target)
 
 
 class NativeKernel:
@@ -31,8 +39,7 @@ class NativeKernel:
         mc, fn = kernel_module(schedule, NAME, self.target)
         self.ir = finalize(mc.module, self.target)
         self.params = fn.params
-        runtime = finalize(runtime_module(self.target).module, self.target)
-        self._parts = [compile_part(self.ir, self.target), compile_part(runtime, self.target)]
+        self._parts = [compile_part(self.ir, self.target), _runtime_part(self.target)]
         self._jit = JitModule(self._parts, self.target)
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(fn.params))(
             self._jit.address(NAME)

@@ -143,7 +143,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
     if init is not None:
         schedule = _vectorize_innermost(schedule, init, config)
-    return _parallelize_outer(schedule, main.name, config)
+    return parallelize_outer(schedule, main.name, config)
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ def _schedule_conv(
     if init is not None:
         schedule = _vectorize_innermost(schedule, init, config)
     # fusing a row loop into the parallel loop would turn padding bounds into guards
-    return _parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
+    return parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
 
 
 def _pack_weights(
@@ -342,18 +342,23 @@ def _vectorize_innermost(schedule: Schedule, stmt: str, config: DefaultConfig) -
     return schedule
 
 
-def _parallelize_outer(
-    schedule: Schedule, stmt: str, config: DefaultConfig, stop: set[str] | None = None
+def parallelize_outer(
+    schedule: Schedule,
+    stmt: str,
+    config: DefaultConfig,
+    stop: set[str] | None = None,
+    depth: int | None = None,
 ) -> Schedule:
     """Parallelize the outermost loop, fused with the next ones (other than `stop`)
-    while it is too short."""
+    while it is too short, or (given `depth`) with exactly the next depth - 1."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
     chain = [loops[0].name]
     extent = T.loop_extent(schedule, chain[0])
     for loop in loops[1:]:
-        if extent >= config.threads * 4:
+        enough = extent >= config.threads * 4 if depth is None else len(chain) >= depth
+        if enough:
             break
         parent = schedule.loop(chain[-1])
         if len(parent.body) != 1 or loop.annotation or loop.name in (stop or ()):
@@ -376,4 +381,4 @@ def _schedule_simple(schedule: Schedule, nest: str, config: DefaultConfig) -> Sc
     stmts = statements_below(schedule.loop(nest))
     for stmt in stmts:
         schedule = _vectorize_innermost(schedule, stmt, config)
-    return _parallelize_outer(schedule, stmts[0], config)
+    return parallelize_outer(schedule, stmts[0], config)

@@ -16,7 +16,7 @@ import islpy as isl
 
 from . import isl_helpers as ih
 from .schedule import Schedule
-from .strides import _loop_map
+from .strides import loop_map
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def footprints(schedule: Schedule, stmt: str) -> list[TileFootprint]:
     loops = schedule.loops_of(stmt)
     if not loops:
         return []
-    values = _loop_map(schedule, stmt)
+    values = loop_map(schedule, stmt)
     first = values.range().lexmin()
     if first.is_empty():
         return []

@@ -19,7 +19,7 @@ from . import isl_helpers as ih
 from .schedule import Schedule
 
 
-def _loop_map(schedule: Schedule, stmt: str) -> isl.Map:
+def loop_map(schedule: Schedule, stmt: str) -> isl.Map:
     """Instances of `stmt` → the values of its loops, outermost first."""
     s = schedule.kernel.statement[stmt]
     affs = [ih.parse_pw_aff(loop.exprs[stmt]) for loop in schedule.loops_of(stmt)]
@@ -36,7 +36,7 @@ def next_lane(schedule: Schedule, stmt: str, loop: str) -> isl.Map:
     names = [f"l{i}" for i in range(len(loops))]
     moved = [f"{n} + 1" if i == position else n for i, n in enumerate(names)]
     shift = ih.parse_map(f"{{ [{', '.join(names)}] -> [{', '.join(moved)}] }}")
-    values = _loop_map(schedule, stmt)
+    values = loop_map(schedule, stmt)
     return values.apply_range(shift).apply_range(values.reverse())
 
 

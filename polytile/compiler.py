@@ -19,7 +19,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class CompileStats:
     functions: int = 0
     arena_bytes: int = 0
     unshared_bytes: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> float:

@@ -59,11 +59,11 @@ class SessionOptions:
     graph_optimization_level: object = None
 
 
-def _args(graph: onnx.GraphProto, names: Sequence[str] | None = None) -> list[NodeArg]:
-    initializers = {i.name for i in graph.initializer}
+def _args(values: Sequence[onnx.ValueInfoProto], skip: set[str] | None = None) -> list[NodeArg]:
+    """NodeArgs of graph inputs or outputs (inputs backed by initializers skipped)."""
     found = []
-    for value in graph.input if names is None else graph.output:
-        if names is None and value.name in initializers:
+    for value in values:
+        if value.name in (skip or ()):
             continue
         t = value.type.tensor_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
@@ -95,8 +95,8 @@ class InferenceSession:
         self._records = records
         threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
         self._threads = threads if threads > 0 else None
-        self._inputs = _args(model.graph)
-        self._outputs = _args(model.graph, names=[o.name for o in model.graph.output])
+        self._inputs = _args(model.graph.input, {i.name for i in model.graph.initializer})
+        self._outputs = _args(model.graph.output)
         self._compiled: dict[tuple, CompiledModel] = {}
         if all(isinstance(d, int) for a in self._inputs for d in a.shape):
             self._compiled[()] = self._compile(None)

@@ -37,6 +37,7 @@ import numpy as np
 
 from polytile.poly import transform as T
 from polytile.poly.footprint import footprints
+from polytile.poly.kernel import mentions
 from polytile.poly.schedule import Schedule
 
 from .space import Candidate, SearchSpace
@@ -86,7 +87,8 @@ def schedule_features(schedule: Schedule, main: str) -> list[float]:
     seen_reduce = False
     for loop in loops:
         extent = T.loop_extent(schedule, loop.name)
-        is_reduce = any(loop.name.startswith(d) for d in stmt.reduction_dims)
+        value = loop.exprs[main].split("->", 1)[1]
+        is_reduce = any(mentions(value, d) for d in stmt.reduction_dims)
         if seen_reduce:
             tile *= extent if not is_reduce else 1
             rinner *= extent if is_reduce else 1

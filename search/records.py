@@ -60,7 +60,7 @@ class Record:
         return min(self.latencies) if self.ok else float("inf")
 
     def trace_key(self) -> str:
-        return json.dumps(list(self.trace), sort_keys=True)
+        return trace_key(self.trace)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +90,11 @@ class Record:
             polytile=str(data.get("polytile", "")),
             message=str(data.get("message", "")),
         )
+
+
+def trace_key(trace: Iterable[Mapping[str, Any]]) -> str:
+    """A trace as canonical JSON: equal traces, equal keys (to never measure twice)."""
+    return json.dumps([dict(s) for s in trace], sort_keys=True)
 
 
 def same_target(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import epilogue, main_statement
+from polytile.poly.default import DefaultConfig, epilogue, main_statement, parallelize_outer
 from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
@@ -32,6 +32,8 @@ VECTOR_WIDTHS = (4, 8, 16, 32)
 BLOCKS = (1, 2, 3, 4, 6, 8)
 REDUCTION_TILES = (0, 4, 8, 16, 32, 64)
 OUTER_TILES = (0, 2, 4, 8, 16, 32)
+#: how the sampled parallel loop is chosen (its depth is a decision; extent ≥ 2 to run)
+_PARALLEL = DefaultConfig(min_parallel_extent=2)
 
 
 @dataclass(frozen=True)
@@ -210,24 +212,7 @@ class SearchSpace:
         return _try(schedule, lambda s: T.vectorize(s, parts[-1]))
 
     def _parallel(self, schedule: Schedule, stmt: str, depth: int) -> Schedule:
-        loops = schedule.loops_of(stmt)
-        if not loops:
-            return schedule
-        chain = [loops[0].name]
-        for loop in loops[1:depth]:
-            parent = schedule.loop(chain[-1])
-            if len(parent.body) != 1 or loop.annotation:
-                break
-            chain.append(loop.name)
-        if len(chain) > 1:
-            try:
-                schedule, fused = T.fuse_named(schedule, *chain)
-                chain = [fused]
-            except IllegalSchedule:
-                chain = chain[:1]
-        if T.loop_extent(schedule, chain[0]) >= 2:
-            schedule = _try(schedule, lambda s: T.parallel(s, chain[0]))
-        return schedule
+        return parallelize_outer(schedule, stmt, _PARALLEL, depth=depth)
 
     def _simple(self, schedule: Schedule, nest: str, d: Mapping[str, Any]) -> Schedule:
         stmts = statements_below(schedule.loop(nest))

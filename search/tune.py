@@ -11,7 +11,6 @@ the reference every candidate's outputs are checked against.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -26,10 +25,11 @@ from polytile.errors import InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.kernel import Role
+from polytile.poly.schedule import Schedule
 
 from .cost_model import CostModel, GBModel, features
 from .measure import MeasureConfig, Measurer
-from .records import Record, RecordFile
+from .records import Record, RecordFile, trace_key
 from .space import Candidate, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
 
@@ -40,13 +40,14 @@ STRATEGIES = ("evolutionary", "random")
 class TaskState:
     task: Task
     space: SearchSpace
-    default_trace: list[dict[str, Any]]
+    #: the default schedule: the baseline and, run natively, the verification oracle
+    default: Schedule
     seen: set[str] = field(default_factory=set)
     best: Record | None = None
     baseline: Record | None = None
     trials: int = 0
-    #: candidates proposed in this run with their normalized scores (for the model)
-    measured: list[tuple[Candidate, float]] = field(default_factory=list)
+    #: candidates measured in this run: (candidate, normalized score, feature row)
+    measured: list[tuple[Candidate, float, list[float]]] = field(default_factory=list)
     done: bool = False
     #: random inputs and the default schedule's outputs on them (the verification oracle)
     reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
@@ -54,6 +55,10 @@ class TaskState:
     @property
     def latency(self) -> float:
         return self.best.latency if self.best is not None else float("inf")
+
+    @property
+    def default_trace(self) -> list[dict[str, Any]]:
+        return self.default.trace_json()
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,6 @@ def _inputs(task: Task, seed: int) -> dict[str, np.ndarray]:
     return found
 
 
-def _trace_key(trace: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps([dict(s) for s in trace], sort_keys=True)
-
-
 class Tuner:
     def __init__(
         self,
@@ -141,7 +142,6 @@ class Tuner:
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
         lanes = target.lanes("float32")
         config = DefaultConfig(vector_width=lanes, threads=target.num_threads)
-        self.default_config = config
         self.states = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
@@ -150,14 +150,14 @@ class Tuner:
             state = TaskState(
                 task,
                 SearchSpace(task.kernel, lanes),
-                default_schedule(task.kernel, config).trace_json(),
+                default_schedule(task.kernel, config),
             )
             for r in previous.get(task.key, []):
                 state.seen.add(r.trace_key())
                 state.trials += 1
                 if r.ok and (state.best is None or r.latency < state.best.latency):
                     state.best = r
-                if r.ok and _trace_key(r.trace) == _trace_key(state.default_trace):
+                if r.ok and trace_key(r.trace) == trace_key(state.default_trace):
                     state.baseline = r
             self.states.append(state)
 
@@ -176,7 +176,7 @@ class Tuner:
             else:
                 decisions = state.space.sample(self.rng)
             candidate = state.space.build(decisions)
-            key = _trace_key(candidate.trace)
+            key = trace_key(candidate.trace)
             if key in state.seen or key in keys:
                 continue
             keys.add(key)
@@ -194,8 +194,8 @@ class Tuner:
     def _retrain(self) -> None:
         rows, scores = [], []
         for state in self.states:
-            for candidate, score in state.measured:
-                rows.append(features(state.space, candidate))
+            for _, score, row in state.measured:
+                rows.append(row)
                 scores.append(score)
         self.model.fit_rows(rows, scores)
 
@@ -217,7 +217,7 @@ class Tuner:
         task = state.task
         if state.reference is None:  # the default schedule's outputs, computed once
             inputs = _inputs(task, self.seed)
-            native = NativeKernel(default_schedule(task.kernel, self.default_config), self.target)
+            native = NativeKernel(state.default, self.target)
             buffers = native(inputs)
             state.reference = (inputs, {t.name: buffers[t.name] for t in task.kernel.outputs()})
         if measurer.task_key != task.key:
@@ -251,7 +251,8 @@ class Tuner:
         best = state.latency
         for record, candidate in zip(records, candidates, strict=True):
             if candidate is not None:
-                state.measured.append((candidate, best / record.latency if record.ok else 0.0))
+                score = best / record.latency if record.ok else 0.0
+                state.measured.append((candidate, score, features(state.space, candidate)))
         if self.strategy == "evolutionary":
             self._retrain()
         return records

@@ -101,3 +101,18 @@ def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return ReferenceEvaluator(m).run(None, feeds)
+
+
+def assert_outputs_match(
+    got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float, atol: float
+) -> None:
+    """Shape and dtype first, then values (exactly for non-float outputs)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        w = np.asarray(w)
+        assert g.shape == w.shape
+        assert g.dtype == w.dtype
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, w)

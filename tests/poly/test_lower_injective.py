@@ -28,7 +28,7 @@ from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower, lower_group
 from polytile.poly.reference import affine, allocate, evaluate, execute_statement, points
 
-from lowered import Shape, feeds_for, make, reference
+from lowered import Shape, assert_outputs_match, feeds_for, make, reference
 
 F32 = "float32"
 
@@ -124,15 +124,7 @@ def check(
     graph = optimize(import_model(m))
     got, kernels = run_checked(graph, feeds)
     want = reference(m, feeds, oracle)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        w = np.asarray(w)
-        assert g.shape == w.shape
-        assert g.dtype == w.dtype
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_outputs_match(got, want, rtol, atol)
     return kernels
 
 

@@ -17,7 +17,7 @@ from polytile.poly import isl_helpers as ih
 from polytile.poly.kernel import Kernel
 from polytile.poly.lower import LOWERINGS, lower
 
-from lowered import Shape, feeds_for, reference, run_lowered
+from lowered import Shape, assert_outputs_match, feeds_for, reference, run_lowered
 from lowered import make as _make
 
 
@@ -52,15 +52,7 @@ def check(
         assert_in_bounds(kernel)
     got = run_lowered(graph, feeds)
     want = reference(m, feeds, oracle)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        w = np.asarray(w)
-        assert g.shape == w.shape
-        assert g.dtype == w.dtype
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_outputs_match(got, want, rtol, atol)
     return kernels
 
 
