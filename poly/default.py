@@ -139,15 +139,18 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if len(inner) == 2:
         schedule = _try(schedule, lambda s: T.unroll(s, inner[0]))
     for stmt in epilogue(schedule.kernel, main):
-        schedule = _vectorize_innermost(schedule, stmt, config)
+        schedule = vectorize_innermost(schedule, stmt, config.vector_width)
     init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
     if init is not None:
-        schedule = _vectorize_innermost(schedule, init, config)
+        schedule = vectorize_innermost(schedule, init, config.vector_width)
     return parallelize_outer(schedule, main.name, config)
 
 
 @dataclass(frozen=True)
-class _ConvPlan:
+class ConvPlan:
+    """How a convolution-like reduction is register-blocked (also the search space's
+    structural hint)."""
+
     weight: str
     axis: int
     #: the loop over output channels (vectorized) and the row loop (register-blocked)
@@ -157,13 +160,42 @@ class _ConvPlan:
     block: int
 
 
+def conv_plan(kernel: Kernel, config: DefaultConfig) -> ConvPlan | None:
+    """The conv plan of a kernel's main statement, None when it is not conv-like."""
+    schedule = initial_schedule(kernel)
+    main = main_statement(kernel)
+    if not main.reduction:
+        return None
+    names = [loop.name for loop in schedule.loops_of(main.name)]
+    dim_of = dict(zip(names, main.dims, strict=True))
+    spatial = [n for n in names if dim_of[n] not in main.reduction_dims]
+    return _conv_plan(schedule, main, spatial, dim_of, config)
+
+
+def moving_reductions(
+    main: Statement, reduce: list[str], dim_of: dict[str, str], row: str
+) -> list[str]:
+    """Reduction loops that move along `row` (one index entry uses both, as `ow + kw`):
+    below the row's register block, the block's own bounds stay constant."""
+    row_dim = dim_of[row]
+    return [
+        r
+        for r in reduce
+        if any(
+            mentions(str(i), row_dim) and mentions(str(i), dim_of[r])
+            for ld in loads(main.expr)
+            for i in ld.index
+        )
+    ]
+
+
 def _conv_plan(
     schedule: Schedule,
     main: Statement,
     spatial: list[str],
     dim_of: dict[str, str],
     config: DefaultConfig,
-) -> _ConvPlan | None:
+) -> ConvPlan | None:
     """Convolution-like reductions: a constant operand (the weights) depends on an
     output dim (the channels) that no other operand depends on. Vectorizing that dim
     makes every tile full (channel counts are multiples of the vector width) whatever
@@ -199,7 +231,7 @@ def _conv_plan(
                 continue
             width = fitting[0]
             block = _row_block(T.loop_extent(schedule, row), 2 * config.register_block)
-            return _ConvPlan(ld.tensor, ld.index.index(dim), name, row, width, block)
+            return ConvPlan(ld.tensor, ld.index.index(dim), name, row, width, block)
     return None
 
 
@@ -234,7 +266,7 @@ def _schedule_conv(
     spatial: list[str],
     reduce: list[str],
     dim_of: dict[str, str],
-    plan: _ConvPlan,
+    plan: ConvPlan,
     config: DefaultConfig,
 ) -> Schedule:
     schedule = _try(schedule, lambda s: T.pack(s, plan.weight, plan.axis, plan.lanes))
@@ -251,17 +283,7 @@ def _schedule_conv(
     # padding makes the reduction's range depend on the row: the row block goes above
     # the reduction loops that move along the row, so its own bounds stay constant
     padded = not main.domain_set().is_box()
-    row_dim = dim_of[plan.row]
-    moving = [
-        r
-        for r in reduce
-        if padded
-        and any(
-            mentions(str(i), row_dim) and mentions(str(i), dim_of[r])
-            for ld in loads(main.expr)
-            for i in ld.index
-        )
-    ]
+    moving = moving_reductions(main, reduce, dim_of, plan.row) if padded else []
     still = [r for r in reduce if r not in moving]
     order = [*outer, *still, row_inner, *moving, c1]
     schedule = _try(schedule, lambda s: T.reorder(s, *order))
@@ -276,10 +298,10 @@ def _schedule_conv(
     schedule = _try(schedule, lambda s: T.vectorize(s, c1))
     schedule = _try(schedule, lambda s: T.unroll(s, row_inner))
     for stmt in epilogue(schedule.kernel, main):
-        schedule = _vectorize_innermost(schedule, stmt, config)
+        schedule = vectorize_innermost(schedule, stmt, config.vector_width)
     init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
     if init is not None:
-        schedule = _vectorize_innermost(schedule, init, config)
+        schedule = vectorize_innermost(schedule, init, config.vector_width)
     # fusing a row loop into the parallel loop would turn padding bounds into guards
     return parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
 
@@ -324,20 +346,22 @@ def epilogue(kernel: Kernel, main: Statement) -> list[str]:
     return found
 
 
-def _vectorize_innermost(schedule: Schedule, stmt: str, config: DefaultConfig) -> Schedule:
+def vectorize_innermost(schedule: Schedule, stmt: str, width: int) -> Schedule:
+    """Vectorize the innermost loop that runs `stmt` alone: in vectors of `width` when
+    they divide it, whole when it is short."""
     loops = schedule.loops_of(stmt)
     own = [lp for lp in loops if statements_below(lp) == [stmt]]
     if not own:
         return schedule
     last = own[-1].name
     extent = T.loop_extent(schedule, last)
-    if extent > config.vector_width and extent % config.vector_width == 0:
+    if extent > width and extent % width == 0:
         try:
-            schedule, (_, v1) = T.split_named(schedule, last, (None, config.vector_width))
+            schedule, (_, v1) = T.split_named(schedule, last, (None, width))
             return _try(schedule, lambda s: T.vectorize(s, v1))
         except IllegalSchedule:
             return schedule
-    if 2 <= extent <= 4 * config.vector_width:
+    if 2 <= extent <= 4 * width:
         return _try(schedule, lambda s: T.vectorize(s, last))
     return schedule
 
@@ -380,5 +404,5 @@ def _schedule_simple(schedule: Schedule, nest: str, config: DefaultConfig) -> Sc
     """A nest without a reduction to block: parallel outside, vector inside."""
     stmts = statements_below(schedule.loop(nest))
     for stmt in stmts:
-        schedule = _vectorize_innermost(schedule, stmt, config)
+        schedule = vectorize_innermost(schedule, stmt, config.vector_width)
     return parallelize_outer(schedule, stmts[0], config)

@@ -311,7 +311,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         num_threads=args.threads,
         input_shapes=parse_input_shapes(args.input_shapes),
-        measure=MeasureConfig(timeout=args.timeout),
+        measure=MeasureConfig(timeout=args.timeout, workers=args.workers),
+        batch=args.batch,
+        cost_model=args.cost_model,
     )
     print(result.table())
     if args.end_to_end:
@@ -413,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--time-budget", help="stop after this long: 90s, 30m, 2h")
     tune.add_argument("--strategy", choices=["evolutionary", "random"], default="evolutionary")
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    tune.add_argument(
+        "--workers", type=int, default=1, help="processes building candidates in parallel"
+    )
+    tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
+    tune.add_argument(
+        "--cost-model", help="a cost model file: loaded if it exists, saved after tuning"
+    )
     tune.add_argument(
         "--end-to-end", action="store_true", help="time the model before and after tuning"
     )

@@ -29,20 +29,24 @@ trace can be replayed and featurized: the model pre-trains from existing records
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from polytile.errors import TuningError
 from polytile.poly import transform as T
 from polytile.poly.footprint import footprints
 from polytile.poly.kernel import mentions
 from polytile.poly.schedule import Schedule
 
-from .space import Candidate, SearchSpace
-
 Rows = Sequence[Sequence[float]]
+#: the saved model's format (features and their order); bump when they change
+MODEL_FORMAT = 1
 
 
 class CostModel(Protocol):
@@ -111,16 +115,13 @@ def footprint_features(schedule: Schedule, main: str) -> list[float]:
     return row + [0.0] * (4 * LEVELS - len(row))
 
 
-def features(space: SearchSpace, candidate: Candidate) -> list[float]:
-    return trace_features(candidate.schedule, space.main.name)
-
-
 def trace_features(schedule: Schedule, main: str) -> list[float]:
     return schedule_features(schedule, main) + footprint_features(schedule, main)
 
 
 class GBModel:
-    """Gradient-boosted trees on `features`, retrained by the tuner as records arrive."""
+    """Gradient-boosted trees on `trace_features`, retrained by the tuner as records
+    arrive; `save` / `load` keep a trained model for another tuning run."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -152,3 +153,24 @@ class GBModel:
     @property
     def trained(self) -> bool:
         return self._model is not None
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Pickle the model (written to a temporary file, then renamed: never torn)."""
+        target = Path(path)
+        tmp = target.with_name(f"{target.name}.tmp")
+        tmp.write_bytes(
+            pickle.dumps({"format": MODEL_FORMAT, "seed": self.seed, "model": self._model})
+        )
+        os.replace(tmp, target)
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> GBModel:
+        try:
+            data = pickle.loads(Path(path).read_bytes())
+            if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
+                raise ValueError("not a polytile cost model")
+        except (OSError, pickle.UnpicklingError, ValueError, EOFError) as err:
+            raise TuningError(f"cost model '{path}' cannot be loaded: {err}") from None
+        model = GBModel(int(data["seed"]))
+        model._model = data["model"]
+        return model

@@ -1,11 +1,20 @@
 """Isolated, verified measurement of candidates.
 
-Each candidate is built and run in a worker process (spawned, so LLVM and libgomp state
-never leak into the tuner). A candidate that fails to replay or build, crashes the
-worker or exceeds the timeout becomes an error record; a crashed or hung worker is
-killed and replaced, and tuning goes on. Every measured candidate's outputs are
-compared with the default schedule's outputs on the same random inputs: a wrong result
-is an error record and can never become the best.
+Each candidate is built and run in a worker process (a fresh interpreter, so LLVM and
+libgomp state never leak into the tuner). A candidate that fails to replay or build,
+crashes its worker or exceeds the timeout becomes an error record; a crashed or hung
+worker is killed and replaced, and tuning goes on. Every measured candidate's outputs
+are compared with the default schedule's outputs on the same random inputs: a wrong
+result is an error record and can never become the best.
+
+Builds may run in parallel; timed runs are serialized per machine. With `workers` K, a
+batch is measured in two phases (per chunk of `HOLD_PER_WORKER` × K candidates, which
+bounds the memory a worker holds): first the K workers replay, build and verify
+candidates in parallel, each taking the next one as soon as it is free and keeping what
+it built; then the built candidates are timed one at a time, each dropped once timed,
+while every other worker waits idle (a single worker times each candidate as soon as it
+is built). The timeout applies per candidate and phase. A worker that dies takes the
+candidates it held with it: they are built again.
 
 Timing: `warmup` runs, then `repeat` measurements of `number` runs each; `number` grows
 until one measurement lasts `min_repeat_ms`; with `flush_cache` a buffer larger than the
@@ -20,17 +29,22 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from polytile.codegen.target import Target
+from polytile.errors import InputError
 from polytile.poly.kernel import Kernel
 
 from .records import Record
+
+#: built candidates a worker holds at most before they are timed (each keeps its buffers)
+HOLD_PER_WORKER = 8
 
 
 @dataclass(frozen=True)
@@ -43,11 +57,35 @@ class MeasureConfig:
     flush_cache: bool = False
     rtol: float = 1e-3
     atol: float = 1e-4
+    #: worker processes building in parallel (timed runs are serialized regardless)
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise InputError(f"MeasureConfig: workers must be at least 1, got {self.workers}")
 
 
-@dataclass(frozen=True)
-class _Job:
-    trace: list[Mapping[str, Any]]
+class Span(NamedTuple):
+    """What a worker reported doing: a phase ("build" or "time") of the candidate at
+    `job` (its index in `measure`'s traces) between two `time.time()` instants."""
+
+    phase: str
+    job: int
+    start: float
+    end: float
+
+
+class _Reply(NamedTuple):
+    """A worker's answer for one candidate and phase (`span`: its wall-clock start and
+    end in the worker; none when the worker crashed or hung)."""
+
+    error: str | None
+    message: str = ""
+    latencies: tuple[float, ...] = ()
+    span: tuple[float, float] | None = None
+
+
+# --- the worker process ------------------------------------------------------------------
 
 
 def _tolerance_ok(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
@@ -77,98 +115,169 @@ def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
     return results
 
 
-def _worker(conn: Connection) -> None:
-    """Serve jobs: ('init', target, config) first; ('task', kernel, inputs, expected) sets
-    the task; ('run', trace) measures one candidate and answers (error, message,
-    latencies)."""
+def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> tuple:
+    """Replay, build and run a candidate once against the expected outputs: (error,
+    message, (native, buffers) when it is ready to be timed)."""
     from polytile.codegen.native import NativeKernel
     from polytile.errors import IllegalSchedule
     from polytile.poly.transform import replay
 
-    kernel = inputs = expected = None
+    kernel, inputs, expected = task
+    try:
+        schedule = replay(kernel, trace)
+    except IllegalSchedule as err:
+        return "illegal", str(err), None
+    try:
+        native = NativeKernel(schedule, target)
+    except Exception as err:  # a build failure is a result of the candidate
+        return "build", f"{type(err).__name__}: {err}", None
+    try:
+        buffers = native.buffers(inputs)
+        native.run_on(buffers)
+        tol = config.rtol, config.atol
+        wrong = [n for n, want in expected.items() if not _tolerance_ok(buffers[n], want, *tol)]
+    except Exception:
+        return "runtime", traceback.format_exc(limit=3), None
+    if wrong:
+        return "wrong_result", f"output {wrong[0]} differs from the default schedule", None
+    return None, "", (native, buffers)
+
+
+def _build_and_keep(
+    held: dict, job: int, trace: list, task: tuple, target: Target, config: MeasureConfig
+) -> tuple:
+    error, message, built = _build(task, target, config, trace)
+    if built is not None:
+        held[job] = built
+    return error, message, ()
+
+
+def _time_built(built: tuple[Any, dict], config: MeasureConfig) -> tuple:
+    """Time a built candidate; it is freed on return, before the answer is sent, so that
+    freeing it never overlaps another worker's timed run."""
+    try:
+        return None, "", tuple(_time(*built, config))
+    except Exception:
+        return "runtime", traceback.format_exc(limit=3), ()
+
+
+def _worker(conn: Connection) -> None:
+    """Serve: ('init', target, config) first; ('task', kernel, inputs, expected) sets the
+    task (answer ('ok',)); ('build', job, trace) builds and keeps a candidate, ('time',
+    job) times and drops it, each answering (error, message, latencies, (start, end))."""
     _, target, config = conn.recv()
+    task: tuple = (None, None, None)
+    held: dict[int, tuple[Any, dict]] = {}
     while True:
         try:
-            message = conn.recv()
+            kind, *args = conn.recv()
         except EOFError:
             return
-        if message[0] == "stop":
+        if kind == "stop":
             return
-        if message[0] == "task":
-            _, kernel, inputs, expected = message
+        if kind == "task":
+            task, held = tuple(args), {}
             conn.send(("ok",))
             continue
-        trace = message[1]
-        try:
-            schedule = replay(kernel, trace)
-        except IllegalSchedule as err:
-            conn.send(("illegal", str(err), ()))
-            continue
-        try:
-            native = NativeKernel(schedule, target)
-        except Exception as err:  # a build failure is a result of the candidate
-            conn.send(("build", f"{type(err).__name__}: {err}", ()))
-            continue
-        try:
-            buffers = native.buffers(inputs)
-            native.run_on(buffers)
-            for name, want in expected.items():
-                if not _tolerance_ok(buffers[name], want, config.rtol, config.atol):
-                    raise _WrongResult(f"output {name} differs from the default schedule")
-            latencies = _time(native, buffers, config)
-        except _WrongResult as err:
-            conn.send(("wrong_result", str(err), ()))
-            continue
-        except Exception:
-            conn.send(("runtime", traceback.format_exc(limit=3), ()))
-            continue
-        conn.send((None, "", tuple(latencies)))
+        start = time.time()
+        if kind == "build":
+            answer = _build_and_keep(held, *args, task, target, config)
+        else:
+            answer = _time_built(held.pop(args[0]), config)
+        conn.send((*answer, (start, time.time())))
 
 
-class _WrongResult(Exception):
-    pass
+# --- the tuner's side --------------------------------------------------------------------
 
 
-class Measurer:
-    """One worker process measuring the candidates of one task at a time."""
+class _Worker:
+    """One worker process and the pipe to it. A fresh interpreter runs this module (not
+    multiprocessing's spawn, which re-imports the caller's main script)."""
 
-    def __init__(self, target: Target, config: MeasureConfig | None = None) -> None:
-        self.target = target
-        self.config = config or MeasureConfig()
-        self._proc: subprocess.Popen | None = None
-        self._conn: Connection | None = None
-        self._task: tuple[Kernel, dict, dict] | None = None
-        #: the caller's key of the task the worker holds (set_task is skipped when equal)
-        self.task_key: str | None = None
-
-    def _start(self) -> None:
-        """A fresh interpreter running this module as the worker (not multiprocessing's
-        spawn, which re-imports the caller's main script)."""
+    def __init__(self, target: Target, config: MeasureConfig) -> None:
         parent, child = mp.Pipe()
-        self._proc = subprocess.Popen(
+        self.proc = subprocess.Popen(
             [sys.executable, "-m", "polytile.search.measure", str(child.fileno())],
             pass_fds=(child.fileno(),),
         )
         child.close()
-        self._conn = parent
-        parent.send(("init", self.target, self.config))
-        if self._task is not None:
-            self._send(("task", *self._task), self.config.timeout + 60)
+        self.conn = parent
+        parent.send(("init", target, config))
 
-    def _stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(5)
-        self._proc = self._conn = None
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
-    def _alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+    def send(self, message: tuple) -> None:
+        """Send; a dead worker shows up as a crash when its answer is read."""
+        with contextlib.suppress(OSError):
+            self.conn.send(message)
+
+    def recv(self, timeout: float) -> tuple | None:
+        """The answer, None after `timeout` seconds; EOFError or OSError if it died."""
+        return self.conn.recv() if self.conn.poll(timeout) else None
+
+    def stop(self, grace: float = 0.0) -> int | None:
+        """Kill (after `grace` seconds to exit by itself) and reap it: no zombie.
+        Returns the exit code it had if it exited by itself."""
+        try:
+            code = self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            code = None
+            self.proc.kill()
+            self.proc.wait(5)
+        self.conn.close()
+        return code
+
+
+class Measurer:
+    """`config.workers` worker processes measuring the candidates of one task at a time."""
+
+    def __init__(self, target: Target, config: MeasureConfig | None = None) -> None:
+        self.target = target
+        self.config = config or MeasureConfig()
+        self._workers: list[_Worker | None] = [None] * self.config.workers
+        self._task: tuple[Kernel, dict, dict] | None = None
+        #: the caller's key of the task the workers hold (set_task is skipped when equal)
+        self.task_key: str | None = None
+        #: the builds and timed runs the workers reported during the last `measure`
+        self.spans: list[Span] = []
+
+    # --- workers ----------------------------------------------------------------------
+    def _start(self, slots: Iterable[int], resend: bool = False) -> None:
+        """Start the workers of `slots` that are not running, all at once, and give them
+        the task; with `resend` the running ones get the task too."""
+        ready = []
+        for slot in slots:
+            worker = self._workers[slot]
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.stop()
+                worker = self._workers[slot] = _Worker(self.target, self.config)
+            elif not resend:
+                continue
+            ready.append(worker)
+        if self._task is None:
+            return
+        for worker in ready:
+            worker.conn.send(("task", *self._task))
+        for worker in ready:  # an idle worker is one that has acknowledged the task
+            if worker.recv(self.config.timeout + 60) is None:
+                raise TimeoutError("a measurement worker did not take the task")
+
+    def _live(self, slot: int) -> _Worker:
+        self._start([slot])
+        worker = self._workers[slot]
+        assert worker is not None
+        return worker
 
     def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                self._conn.send(("stop",))
-        self._stop()
+        """Stop every worker."""
+        workers = [w for w in self._workers if w is not None]
+        for worker in workers:
+            worker.send(("stop",))
+        for worker in workers:
+            worker.stop(grace=1.0)
+        self._workers = [None] * self.config.workers
 
     def __enter__(self) -> Measurer:
         return self
@@ -176,48 +285,103 @@ class Measurer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, message: tuple, timeout: float) -> tuple:
-        assert self._conn is not None
-        self._conn.send(message)
-        if not self._conn.poll(timeout):
-            raise TimeoutError
-        return self._conn.recv()
-
     def set_task(self, kernel: Kernel, inputs: dict, expected: dict) -> None:
         self._task = (kernel, inputs, expected)
-        if not self._alive():
-            self._start()
-        else:
-            self._send(("task", kernel, inputs, expected), self.config.timeout + 60)
+        self._start(range(self.config.workers), resend=True)
 
+    # --- measuring --------------------------------------------------------------------
     def measure(
         self, workload: str, traces: Sequence[list[Mapping[str, Any]]], seed: int = 0
     ) -> list[Record]:
-        records = []
-        for trace in traces:
-            if not self._alive():
-                self._start()
-            try:
-                error, message, latencies = self._send(("run", trace), self.config.timeout)
-            except TimeoutError:
-                error, message, latencies = "timeout", f"over {self.config.timeout} s", ()
-                self._stop()
-            except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-                code = self._proc.poll() if self._proc is not None else None
-                error, message, latencies = "crash", f"worker died (exit code {code})", ()
-                self._stop()
-            records.append(
-                Record(
-                    workload=workload,
-                    target=self.target.key(),
-                    trace=tuple(trace),
-                    latencies=tuple(latencies),
-                    error=error,
-                    message=message[:2000],
-                    seed=seed,
-                )
-            )
-        return records
+        """One record per trace, in the order of `traces`."""
+        self.spans = []
+        replies: dict[int, _Reply] = {}
+        # one worker gains nothing from holding candidates: it times each once built
+        size = 1 if self.config.workers == 1 else self.config.workers * HOLD_PER_WORKER
+        try:
+            for first in range(0, len(traces), size):
+                chunk = range(first, min(first + size, len(traces)))
+                self._measure_chunk(chunk, traces, replies)
+        except BaseException:  # a busy worker's late answer must not reach the next batch
+            self.close()
+            raise
+        return [self._record(workload, t, replies[j], seed) for j, t in enumerate(traces)]
+
+    def _measure_chunk(self, jobs: Iterable[int], traces: Sequence, replies: dict) -> None:
+        """Build in parallel, then time one at a time; candidates lost with a worker that
+        died in the timing phase are built again (each round settles at least one)."""
+        todo = list(jobs)
+        while todo:
+            settled = len(replies)
+            lost = self._time_all(self._build_all(todo, traces, replies), replies)
+            if lost and len(replies) == settled:  # only external kills: give up on them
+                replies.update((j, _Reply("crash", "its worker died holding it")) for j in lost)
+                return
+            todo = lost
+
+    def _build_all(self, jobs: list[int], traces: Sequence, replies: dict) -> dict:
+        """Phase 1: replay, build and verify on all workers at once. Failures are settled
+        in `replies`; returns job → the worker holding the built candidate."""
+        queue, held = deque(jobs), {}
+        busy: dict[int, tuple[_Worker, int, float]] = {}  # slot → (worker, job, deadline)
+        while queue or busy:
+            for slot in range(self.config.workers):
+                if queue and slot not in busy:
+                    job, worker = queue.popleft(), self._live(slot)
+                    worker.send(("build", job, traces[job]))
+                    busy[slot] = (worker, job, time.monotonic() + self.config.timeout)
+            first_deadline = min(deadline for _, _, deadline in busy.values())
+            wait([w.conn for w, _, _ in busy.values()], first_deadline - time.monotonic())
+            for slot, (worker, job, deadline) in list(busy.items()):
+                if not worker.conn.poll(0) and time.monotonic() < deadline:
+                    continue
+                del busy[slot]
+                reply = self._answer(worker, 0.0, "build", job)
+                if reply.error is None:
+                    held[job] = worker
+                else:
+                    replies[job] = reply
+        return held
+
+    def _time_all(self, held: dict[int, _Worker], replies: dict) -> list[int]:
+        """Phase 2: time the built candidates one at a time, in input order, while every
+        other worker is idle. Returns the jobs whose holder died before timing them."""
+        lost = []
+        for job in sorted(held):
+            worker = held[job]
+            if not worker.alive():
+                lost.append(job)
+                continue
+            worker.send(("time", job))
+            replies[job] = self._answer(worker, self.config.timeout, "time", job)
+        return lost
+
+    def _answer(self, worker: _Worker, timeout: float, phase: str, job: int) -> _Reply:
+        """The worker's answer within `timeout`; a hung or dead worker is stopped and the
+        answer is a timeout or crash error."""
+        try:
+            answer = worker.recv(timeout)
+        except (EOFError, OSError):
+            code = worker.stop(grace=1.0)
+            return _Reply("crash", f"worker died (exit code {code})")
+        if answer is None:
+            worker.stop()
+            return _Reply("timeout", f"over {self.config.timeout} s")
+        reply = _Reply(*answer)
+        if reply.span is not None:
+            self.spans.append(Span(phase, job, *reply.span))
+        return reply
+
+    def _record(self, workload: str, trace: Sequence, reply: _Reply, seed: int) -> Record:
+        return Record(
+            workload=workload,
+            target=self.target.key(),
+            trace=tuple(trace),
+            latencies=tuple(reply.latencies),
+            error=reply.error,
+            message=reply.message[:2000],
+            seed=seed,
+        )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 A line holds the record format version, polytile's version, the workload key (of the
 canonical kernel), the target (CPU, features, threads), the trace, the latencies in
-seconds, the error kind (None when the candidate built, ran and verified), the seed and
-a timestamp. Lines are flushed and fsynced after each batch, so a crash loses at most the
+seconds, the error kind (None when the candidate built, ran and verified), the seed, a
+timestamp and the search space's decisions behind the trace (the tuner's population when
+it resumes). Lines are flushed and fsynced after each batch, so a crash loses at most the
 batch in flight and never a committed line; a partial or corrupt line is skipped with a
 warning when reading.
 """
@@ -45,6 +46,8 @@ class Record:
     polytile: str = field(default_factory=_polytile_version)
     #: what the candidate's error said (empty when it succeeded)
     message: str = ""
+    #: the search space's decisions that built the trace (None when unknown)
+    decisions: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERRORS:
@@ -74,6 +77,7 @@ class Record:
             "message": self.message,
             "seed": self.seed,
             "timestamp": self.timestamp,
+            "decisions": dict(self.decisions) if self.decisions is not None else None,
         }
 
     @staticmethod
@@ -89,6 +93,7 @@ class Record:
             version=int(data["version"]),
             polytile=str(data.get("polytile", "")),
             message=str(data.get("message", "")),
+            decisions=data.get("decisions"),
         )
 
 

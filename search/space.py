@@ -1,15 +1,20 @@
 """The search space of a kernel, from its structure alone (no per-op templates).
 
 A *sketch* is the structure Ansor uses on CPUs: the main reduction statement's spatial
-loops split into outer / register-block / vector levels and its reduction loops into
-outer / inner (cache) levels, ordered S R S R S; elementwise consumers computed inside the
-output tile; the init placed before the reduction; outer loops fused and parallel;
-constant operands packed. A candidate is the sketch with its *decisions* (which loop is
-vectorized and how wide, register block, reduction tile, outer tile, where the epilogue
-goes, unroll, how many outer loops run in parallel), sampled at random; building it
-applies the transformations, each checked by the poly layer, and records the trace. A
-decision that would be illegal is dropped (that step is skipped), so every candidate is
-a legal, replayable trace before anything is measured.
+loops split into outer / middle (cache tile) / register-block / vector levels and its
+reduction loops into outer / inner (cache) levels, ordered S R S R S; reductions that
+move along the register block (`ow + kw`) may go below it, so the block's bounds stay
+constant under padding; elementwise consumers computed inside the output tile; the init
+placed before the reduction; outer loops fused and parallel; constant operands packed
+into blocked layouts. A candidate is the sketch with its *decisions* (which loop is
+vectorized and how wide, up to two register-blocked loops, reduction tile, outer tile,
+where the epilogue goes, unroll, how many outer loops run in parallel), sampled at
+random with a structural hint (the conv plan of `poly.default`: channels in vectors,
+rows in registers) or mutated from a parent; building it applies the transformations,
+each checked by the poly layer, and records the trace. A decision that would be illegal
+is dropped (that step is skipped), so every candidate is a legal, replayable trace
+before anything is measured. `default_decisions` is the sketch's version of the default
+schedule: the evolutionary search starts from it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from typing import Any
 
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, epilogue, main_statement, parallelize_outer
+from polytile.poly.default import (
+    DefaultConfig,
+    conv_plan,
+    epilogue,
+    main_statement,
+    moving_reductions,
+    parallelize_outer,
+    vectorize_innermost,
+)
 from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
@@ -30,10 +43,13 @@ Decisions = dict[str, Any]
 
 VECTOR_WIDTHS = (4, 8, 16, 32)
 BLOCKS = (1, 2, 3, 4, 6, 8)
-REDUCTION_TILES = (0, 4, 8, 16, 32, 64)
+SECOND_BLOCKS = (1, 2, 3, 4)
+REDUCTION_TILES = (0, 4, 8, 16, 32, 64, 128, 256)
 OUTER_TILES = (0, 2, 4, 8, 16, 32)
-#: how the sampled parallel loop is chosen (its depth is a decision; extent ≥ 2 to run)
-_PARALLEL = DefaultConfig(min_parallel_extent=2)
+#: largest register block sampled from a loop's divisors (accumulators are registers)
+MAX_BLOCK = 16
+#: probability that a sample follows the kernel's structural hint
+HINT = 0.7
 
 
 @dataclass(frozen=True)
@@ -56,9 +72,10 @@ def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
 class SearchSpace:
     """Decisions of one kernel: sample, mutate, build."""
 
-    def __init__(self, kernel: Kernel, lanes: int = 16) -> None:
+    def __init__(self, kernel: Kernel, lanes: int = 16, threads: int = 2) -> None:
         self.kernel = kernel
         self.lanes = lanes
+        self.config = DefaultConfig(vector_width=lanes, threads=threads)
         self.main = main_statement(kernel)
         base = initial_schedule(kernel)
         loops = [lp.name for lp in base.loops_of(self.main.name)]
@@ -68,39 +85,96 @@ class SearchSpace:
         self.spatial = [n for n in loops if dim_of[n] not in reduction]
         self.reduce = [n for n in loops if dim_of[n] in reduction]
         self.extent = {n: T.loop_extent(base, n) for n in loops}
+        self.padded = not self.main.domain_set().is_box()
+        self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
+        self._choices = self._make_choices()
 
     # --- decisions --------------------------------------------------------------------
-    def choices(self) -> dict[str, tuple[Any, ...]]:
-        """Every decision's options (loops that cannot be split are left out)."""
+    def _make_choices(self) -> dict[str, tuple[Any, ...]]:
         splittable = tuple(n for n in self.spatial if self.extent[n] > 2)
         reducible = tuple(n for n in self.reduce if self.extent[n] > 4)
+        divisors = {
+            b
+            for n in splittable
+            for b in range(2, MAX_BLOCK + 1)
+            if self.extent[n] % b == 0 and b < self.extent[n]
+        }
+        if self.plan is not None:
+            divisors.add(self.plan.block)
         return {
             "vec_loop": splittable or (None,),
             "vec": tuple(w for w in VECTOR_WIDTHS if w <= 2 * self.lanes),
             "pack": (True, False),
             "block_loop": (None, *splittable),
-            "block": BLOCKS,
+            "block": tuple(sorted(set(BLOCKS) | divisors)),
+            "block2_loop": (None, *splittable),
+            "block2": SECOND_BLOCKS,
+            "low_reduce": (True, False),
             "rtile_loop": (None, *reducible),
             "rtile": REDUCTION_TILES,
             "otile_loop": (None, *splittable),
             "otile": OUTER_TILES,
             "epilogue_depth": (0, 1, 2, 3),
             "unroll": (True, False),
-            "parallel_depth": (1, 2, 3),
+            "parallel_depth": (None, 1, 2, 3),
         }
 
+    def choices(self) -> dict[str, tuple[Any, ...]]:
+        """Every decision's options (loops that cannot be split are left out)."""
+        return dict(self._choices)
+
     def sample(self, rng: random.Random) -> Decisions:
-        decisions = {k: rng.choice(v) for k, v in self.choices().items()}
-        if self.spatial and rng.random() < 0.7:  # the innermost output dim usually wins
-            decisions["vec_loop"] = self.spatial[-1]
+        decisions = {k: rng.choice(v) for k, v in self._choices.items()}
+        if rng.random() < HINT:
+            plan = self.plan
+            if plan is not None:  # channels in vectors, rows in registers
+                widths = [w for w in self._choices["vec"] if w <= plan.lanes]
+                decisions.update(vec_loop=plan.channel, block_loop=plan.row, vec=rng.choice(widths))
+                decisions["low_reduce"] = True
+            elif self.spatial:  # the innermost output dim usually wins
+                decisions["vec_loop"] = self.spatial[-1]
         return decisions
 
     def mutate(self, decisions: Mapping[str, Any], rng: random.Random) -> Decisions:
-        choices = self.choices()
-        key = rng.choice(sorted(choices))
+        key = rng.choice(sorted(self._choices))
         mutated = dict(decisions)
-        mutated[key] = rng.choice(choices[key])
+        mutated[key] = rng.choice(self._choices[key])
         return mutated
+
+    def default_decisions(self) -> Decisions:
+        """The sketch's version of `poly.default.default_schedule`."""
+        d: Decisions = {
+            "vec_loop": self.spatial[-1] if self.spatial else None,
+            "vec": self.lanes,
+            "pack": True,
+            "block_loop": None,
+            "block": self.config.register_block,
+            "block2_loop": None,
+            "block2": 1,
+            "low_reduce": self.padded,
+            "rtile_loop": None,
+            "rtile": 0,
+            "otile_loop": None,
+            "otile": 0,
+            "epilogue_depth": 0,
+            "unroll": True,
+            "parallel_depth": None,
+        }
+        if self.plan is not None:
+            d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
+            d.update(block_loop=self.plan.row, block=self.plan.block)
+        elif self.main.reduction and self.spatial:
+            vec = self.spatial[-1]
+            extent = self.extent[vec]
+            if extent % (2 * self.lanes) == 0 and extent >= 4 * self.lanes:
+                d["vec"] = 2 * self.lanes
+            vec_loads = [ld for ld in loads(self.main.expr) if self.dim_of[vec] in ld.index]
+            for name in reversed(self.spatial[:-1]):
+                if all(self.dim_of[name] not in ld.index for ld in vec_loads):
+                    if self.extent[name] >= 2 * self.config.register_block:
+                        d["block_loop"] = name
+                    break
+        return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}
 
     # --- building ---------------------------------------------------------------------
     def build(self, decisions: Mapping[str, Any]) -> Candidate:
@@ -127,50 +201,64 @@ class SearchSpace:
         except IllegalSchedule:
             return schedule, [loop]
 
+    def _block(
+        self, schedule: Schedule, loop: str, factor: int
+    ) -> tuple[Schedule, list[str], list[str]]:
+        """Split `loop` into (outer, inner) parts of `factor`; a loop no longer than the
+        factor is all inner, a factor below 2 leaves it all outer."""
+        if factor < 2:
+            return schedule, [loop], []
+        if T.loop_extent(schedule, loop) <= factor:
+            return schedule, [], [loop]
+        schedule, parts = self._split(schedule, loop, factor)
+        return schedule, parts[:1], parts[1:]
+
     def _reduction(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
         main = self.main
         vec_loop = d["vec_loop"] if d["vec_loop"] is not None else self.spatial[-1]
         if d["pack"]:
             schedule = self._pack(schedule, self.dim_of[vec_loop], d["vec"])
-        outer: list[str] = []
+        heads: dict[str, list[str]] = {n: [n] for n in self.spatial}
+        blocks: dict[str, list[str]] = {"block_loop": [], "block2_loop": []}
+        schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, d["vec"])
+        for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
+            loop = d[which]
+            if loop in heads and loop != vec_loop and heads[loop] == [loop]:
+                schedule, heads[loop], blocks[which] = self._block(schedule, loop, size)
+        outer = [h for n in self.spatial for h in heads[n]]
         middle: list[str] = []
-        inner_block: list[str] = []
-        vec_inner: list[str] = []
-        for loop in self.spatial:
-            if loop == vec_loop:
-                schedule, parts = self._split(schedule, loop, d["vec"])
-                outer.append(parts[0])
-                vec_inner.extend(parts[1:])
-            elif loop == d["block_loop"]:
-                schedule, parts = self._split(schedule, loop, d["block"])
-                outer.append(parts[0])
-                inner_block.extend(parts[1:])
-            else:
-                outer.append(loop)
-        if d["otile_loop"] in outer:
-            index = outer.index(d["otile_loop"])
-            schedule, parts = self._split(schedule, d["otile_loop"], d["otile"])
+        tiled = heads.get(d["otile_loop"], [])
+        if tiled:  # the outer part of a blocked loop, or the whole loop
+            index = outer.index(tiled[0])
+            schedule, parts = self._split(schedule, tiled[0], d["otile"])
             outer[index : index + 1] = parts[:1]
             middle.extend(parts[1:])
+        low: list[str] = []
+        if d["low_reduce"] and d["block_loop"] in self.spatial and blocks["block_loop"]:
+            low = moving_reductions(main, self.reduce, self.dim_of, d["block_loop"])
         reduce_outer: list[str] = []
         reduce_inner: list[str] = []
         for loop in self.reduce:
+            if loop in low:
+                continue
             if loop == d["rtile_loop"]:
                 schedule, parts = self._split(schedule, loop, d["rtile"])
                 reduce_outer.append(parts[0])
                 reduce_inner.extend(parts[1:])
             else:
                 reduce_outer.append(loop)
-        order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *vec_inner]
+        inner_block = [*blocks["block2_loop"], *blocks["block_loop"]]
+        order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *low, *vec_inner]
         current = [lp.name for lp in schedule.loops_of(main.name)]
         if order != current:
             schedule = _try(schedule, lambda s: T.reorder(s, *order))
         current = [lp.name for lp in schedule.loops_of(main.name)]
-        reductions = set(reduce_outer) | set(reduce_inner)
+        reductions = {*reduce_outer, *reduce_inner, *low}
         first = next((n for n in current if n in reductions), None)
         if first is not None:
             schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first))
         spatial_outer = [n for n in current[: current.index(first)]] if first else current
+        spatial_outer = [n for n in spatial_outer if n not in inner_block]
         if spatial_outer:
             depth = min(d["epilogue_depth"], len(spatial_outer) - 1)
             tile = spatial_outer[len(spatial_outer) - 1 - depth]
@@ -178,14 +266,17 @@ class SearchSpace:
                 schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
         if vec_inner:
             schedule = _try(schedule, lambda s: T.vectorize(s, vec_inner[-1]))
-        if d["unroll"] and inner_block:
-            schedule = _try(schedule, lambda s: T.unroll(s, inner_block[0]))
+        if d["unroll"]:
+            for part in (blocks["block_loop"], blocks["block2_loop"]):
+                if part:
+                    schedule = _try(schedule, lambda s, n=part[0]: T.unroll(s, n))
         for stmt in self._epilogue():
-            schedule = self._vectorize_innermost(schedule, stmt, d["vec"])
+            schedule = vectorize_innermost(schedule, stmt, self.lanes)
         init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
         if init is not None:
-            schedule = self._vectorize_innermost(schedule, init, d["vec"])
-        return self._parallel(schedule, main.name, d["parallel_depth"])
+            schedule = vectorize_innermost(schedule, init, self.lanes)
+        stop = set(self.spatial) if self.padded else set()
+        return self._parallel(schedule, main.name, d["parallel_depth"], stop)
 
     def _pack(self, schedule: Schedule, dim: str, factor: int) -> Schedule:
         for ld in loads(self.main.expr):
@@ -203,21 +294,16 @@ class SearchSpace:
     def _epilogue(self) -> list[str]:
         return epilogue(self.kernel, self.main)
 
-    def _vectorize_innermost(self, schedule: Schedule, stmt: str, width: int) -> Schedule:
-        own = [lp for lp in schedule.loops_of(stmt) if statements_below(lp) == [stmt]]
-        if not own:
-            return schedule
-        last = own[-1].name
-        schedule, parts = self._split(schedule, last, width)
-        return _try(schedule, lambda s: T.vectorize(s, parts[-1]))
-
-    def _parallel(self, schedule: Schedule, stmt: str, depth: int) -> Schedule:
-        return parallelize_outer(schedule, stmt, _PARALLEL, depth=depth)
+    def _parallel(
+        self, schedule: Schedule, stmt: str, depth: int | None, stop: set[str] | None = None
+    ) -> Schedule:
+        """`depth` outer loops fused and parallel; None: the default schedule's rule."""
+        return parallelize_outer(schedule, stmt, self.config, stop=stop, depth=depth)
 
     def _simple(self, schedule: Schedule, nest: str, d: Mapping[str, Any]) -> Schedule:
         stmts = statements_below(schedule.loop(nest))
         for stmt in stmts:
-            schedule = self._vectorize_innermost(schedule, stmt, d["vec"])
+            schedule = vectorize_innermost(schedule, stmt, d["vec"])
         return self._parallel(schedule, stmts[0], d["parallel_depth"])
 
     def _simple_main(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:

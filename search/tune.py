@@ -1,39 +1,71 @@
 """`tune`: search schedules for every task of a model and append the measurements to a
 records file, which `compile(records=...)` applies.
 
-Per round, the task scheduler picks a task (round-robin warm-up, then the task whose
-weighted best latency is largest: where a gain shortens the model most, Ansor's greedy
-allocation), the strategy proposes a batch of new candidates (never one already in the
-records), the measurer builds, verifies and times them, and the records are appended and
-fsynced. The default schedule is measured first for every task: it is the baseline and
-the reference every candidate's outputs are checked against.
+Per round, the task scheduler picks a task and the strategy proposes a batch of new
+candidates (never one already in the records); the measurer builds, verifies and times
+them; the records are appended and fsynced. The default schedule is measured first for
+every task: it is the baseline and the reference every candidate's outputs are checked
+against.
+
+- Task scheduling (Ansor's gradient allocation): a round-robin warm-up gives every task
+  its baseline and one batch; then, with probability `task_epsilon` a random task, else
+  the task whose next trials are expected to shorten the model most:
+  weight × (α × the recent slope of its best latency + (1 − α) × an optimistic guess,
+  min(−latency / trials, β × FLOPs / best throughput of its kind − latency)).
+- Evolutionary strategy: the population holds the measured candidates (those of earlier
+  runs too, from the records' decisions) and the sketch's default decisions; a proposal
+  mutates one of the best eight or is a fresh sample; `pool` × batch distinct legal
+  proposals are built, the cost model ranks them, and the batch is its top ones plus an
+  `epsilon` share picked at random. The model is retrained after every round on every
+  measured candidate (normalized per task), and pre-trained from the records on resume.
+- Random strategy: the batch is fresh samples, unranked (the comparison baseline).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target, host
-from polytile.errors import InputError, TuningError
+from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.kernel import Role
 from polytile.poly.schedule import Schedule
+from polytile.poly.transform import replay
 
-from .cost_model import CostModel, GBModel, features
+from .cost_model import CostModel, GBModel, trace_features
 from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, trace_key
-from .space import Candidate, SearchSpace
+from .space import Candidate, Decisions, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
 
 STRATEGIES = ("evolutionary", "random")
+#: Ansor's task-gradient weights: the recent slope against the optimistic guess
+ALPHA, BETA = 0.2, 2.0
+#: trials in the backward window of the slope
+WINDOW = 8
+#: parents a mutation is drawn from, and how often a proposal mutates one
+PARENTS, MUTATE = 8, 0.7
+#: measured candidates of earlier runs replayed per task to pre-train the cost model
+PRETRAIN = 256
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured candidate as the strategy keeps it."""
+
+    decisions: Mapping[str, Any] | None
+    latency: float
+    row: tuple[float, ...] | None
 
 
 @dataclass
@@ -46,11 +78,15 @@ class TaskState:
     best: Record | None = None
     baseline: Record | None = None
     trials: int = 0
-    #: candidates measured in this run: (candidate, normalized score, feature row)
-    measured: list[tuple[Candidate, float, list[float]]] = field(default_factory=list)
+    #: the best latency after each trial (the task scheduler's curve)
+    history: list[float] = field(default_factory=list)
+    measured: list[Measured] = field(default_factory=list)
+    rounds: int = 0
     done: bool = False
     #: random inputs and the default schedule's outputs on them (the verification oracle)
     reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
+    #: built candidates by their decisions (mutations often revisit them)
+    built: dict[str, Candidate] = field(default_factory=dict)
 
     @property
     def latency(self) -> float:
@@ -59,6 +95,17 @@ class TaskState:
     @property
     def default_trace(self) -> list[dict[str, Any]]:
         return self.default.trace_json()
+
+    def add(self, record: Record, decisions: Mapping[str, Any] | None, row: Any) -> None:
+        """Count one measurement: best, curve, population."""
+        self.seen.add(record.trace_key())
+        self.trials += 1
+        if record.ok and (self.best is None or record.latency < self.best.latency):
+            self.best = record
+        if record.ok and record.trace_key() == trace_key(self.default_trace):
+            self.baseline = record
+        self.history.append(self.latency)
+        self.measured.append(Measured(decisions, record.latency, row))
 
 
 @dataclass(frozen=True)
@@ -116,6 +163,10 @@ def _inputs(task: Task, seed: int) -> dict[str, np.ndarray]:
     return found
 
 
+def _decisions_key(decisions: Mapping[str, Any]) -> str:
+    return json.dumps(dict(decisions), sort_keys=True)
+
+
 class Tuner:
     def __init__(
         self,
@@ -128,9 +179,13 @@ class Tuner:
         batch: int = 8,
         epsilon: float = 0.2,
         model: CostModel | None = None,
+        pool: int = 6,
+        task_epsilon: float = 0.05,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+        if batch < 1 or pool < 1:
+            raise InputError(f"tune: batch and pool must be at least 1, got {batch}, {pool}")
         self.records = records
         self.target = target
         self.seed = seed
@@ -138,53 +193,87 @@ class Tuner:
         self.measure_config = measure or MeasureConfig()
         self.batch = batch
         self.epsilon = epsilon
+        self.pool = pool
+        self.task_epsilon = task_epsilon
         self.rng = random.Random(seed)
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
         lanes = target.lanes("float32")
         config = DefaultConfig(vector_width=lanes, threads=target.num_threads)
-        self.states = []
+        self.states: list[TaskState] = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
             previous.setdefault(r.workload, []).append(r)
         for task in tasks:
             state = TaskState(
                 task,
-                SearchSpace(task.kernel, lanes),
+                SearchSpace(task.kernel, lanes, target.num_threads),
                 default_schedule(task.kernel, config),
             )
-            for r in previous.get(task.key, []):
-                state.seen.add(r.trace_key())
-                state.trials += 1
-                if r.ok and (state.best is None or r.latency < state.best.latency):
-                    state.best = r
-                if r.ok and trace_key(r.trace) == trace_key(state.default_trace):
-                    state.baseline = r
+            self._resume(state, previous.get(task.key, []))
             self.states.append(state)
+        if self.strategy == "evolutionary" and any(s.measured for s in self.states):
+            self._retrain()
+
+    def _resume(self, state: TaskState, records: list[Record]) -> None:
+        """Earlier measurements of the task: never repeated, in the population, and (the
+        latest PRETRAIN of them, replayed) training the cost model."""
+        main = state.space.main.name
+        replayed = set(range(max(0, len(records) - PRETRAIN), len(records)))
+        for i, r in enumerate(records):
+            row = None
+            if i in replayed and self.strategy == "evolutionary":
+                try:
+                    row = tuple(trace_features(replay(state.task.kernel, r.trace), main))
+                except (IllegalSchedule, KeyError, TypeError, ValueError):
+                    row = None  # a trace of another polytile version: not replayable
+            state.add(r, r.decisions, row)
+        state.rounds = 1 if state.trials else 0
 
     # --- proposals --------------------------------------------------------------------
+    def _parents(self, state: TaskState) -> list[Mapping[str, Any]]:
+        ranked = sorted(
+            (m for m in state.measured if m.decisions is not None and m.latency < float("inf")),
+            key=lambda m: m.latency,
+        )
+        parents = [m.decisions for m in ranked[:PARENTS] if m.decisions is not None]
+        return parents or [state.space.default_decisions()]
+
+    def _default_decisions(self, state: TaskState) -> Decisions | None:
+        """The sketch's decisions that build the default schedule, if they do."""
+        decisions = state.space.default_decisions()
+        same = trace_key(self._build(state, decisions).trace) == trace_key(state.default_trace)
+        return decisions if same else None
+
+    def _build(self, state: TaskState, decisions: Decisions) -> Candidate:
+        key = _decisions_key(decisions)
+        if key not in state.built:
+            state.built[key] = state.space.build(decisions)
+        return state.built[key]
+
     def propose(self, state: TaskState, count: int) -> list[Candidate]:
         found: list[Candidate] = []
         keys: set[str] = set()
-        pool = 4 * count if self.strategy == "evolutionary" else count
+        evolutionary = self.strategy == "evolutionary"
+        pool = self.pool * count if evolutionary else count
+        parents = self._parents(state) if evolutionary else []
         attempts = 0
-        parents = sorted(state.measured, key=lambda m: -m[1])[:8]
         while len(found) < pool and attempts < 40 * pool:
             attempts += 1
-            if self.strategy == "evolutionary" and parents and self.rng.random() < 0.6:
-                parent = self.rng.choice(parents)[0]
-                decisions = state.space.mutate(parent.decisions, self.rng)
+            if parents and self.rng.random() < MUTATE:
+                decisions = state.space.mutate(self.rng.choice(parents), self.rng)
             else:
                 decisions = state.space.sample(self.rng)
-            candidate = state.space.build(decisions)
+            candidate = self._build(state, decisions)
             key = trace_key(candidate.trace)
             if key in state.seen or key in keys:
                 continue
             keys.add(key)
             found.append(candidate)
-        if self.strategy == "random" or len(found) <= count:
+        if not evolutionary or len(found) <= count:
             return found[:count]
-        scores = self.model.predict_rows([features(state.space, c) for c in found])
-        order = list(np.argsort(-scores))
+        main = state.space.main.name
+        scores = self.model.predict_rows([trace_features(c.schedule, main) for c in found])
+        order = [int(i) for i in np.argsort(-scores, kind="stable")]
         explore = round(self.epsilon * count)
         chosen = order[: count - explore]
         rest = order[count - explore :]
@@ -192,23 +281,42 @@ class Tuner:
         return [found[i] for i in [*chosen, *rest[:explore]]]
 
     def _retrain(self) -> None:
+        """Fit every measured candidate's throughput, normalized by its task's best."""
         rows, scores = [], []
         for state in self.states:
-            for _, score, row in state.measured:
-                rows.append(row)
-                scores.append(score)
+            best = state.latency
+            for m in state.measured:
+                if m.row is not None:
+                    rows.append(m.row)
+                    scores.append(best / m.latency if m.latency < float("inf") else 0.0)
         self.model.fit_rows(rows, scores)
 
-    # --- the loop ---------------------------------------------------------------------
+    # --- task scheduling --------------------------------------------------------------
+    def gradient(self, state: TaskState) -> float:
+        """Ansor's estimate of how fast the model's latency falls per trial spent on the
+        task (negative: it falls)."""
+        history = state.history
+        trials = len(history)
+        latency = history[-1]
+        window = min(WINDOW, trials - 1)
+        slope = (latency - history[-1 - window]) / window if window > 0 else 0.0
+        kin = [s for s in self.states if s.task.kind == state.task.kind and s.best is not None]
+        speed = max(s.task.flops / s.latency for s in kin)
+        optimistic = min(-latency / trials, BETA * state.task.flops / speed - latency)
+        return state.task.weight * (ALPHA * slope + (1 - ALPHA) * optimistic)
+
     def next_task(self) -> TaskState | None:
         live = [s for s in self.states if not s.done]
         if not live:
             return None
-        fresh = [s for s in live if s.best is None or s.baseline is None]
+        fresh = [s for s in live if s.baseline is None or s.rounds == 0]
         if fresh:
             return fresh[0]
-        return max(live, key=lambda s: s.task.weight * s.latency)
+        if self.rng.random() < self.task_epsilon:
+            return self.rng.choice(live)
+        return min(live, key=self.gradient)
 
+    # --- the loop ---------------------------------------------------------------------
     def run_round(
         self, measurer: Measurer, state: TaskState, budget: int | None = None
     ) -> list[Record]:
@@ -231,28 +339,28 @@ class Tuner:
         for candidate in self.propose(state, batch - len(traces)):
             traces.append(candidate.trace)
             candidates.append(candidate)
+        state.rounds += 1
         if not traces:
             state.done = True
             return []
-        records = measurer.measure(task.key, traces, self.seed)
-        self.records.append(records)
-        for record, candidate in zip(records, candidates, strict=True):
-            state.seen.add(record.trace_key())
-            state.trials += 1
+        measured = measurer.measure(task.key, traces, self.seed)
+        main = state.space.main.name
+        records = []
+        for record, candidate in zip(measured, candidates, strict=True):
             if candidate is None:
                 if not record.ok:
                     raise TuningError(
                         f"task {task.index}: the default schedule failed ({record.error}: "
                         f"{record.message})"
                     )
-                state.baseline = record
-            if record.ok and (state.best is None or record.latency < state.best.latency):
-                state.best = record
-        best = state.latency
-        for record, candidate in zip(records, candidates, strict=True):
-            if candidate is not None:
-                score = best / record.latency if record.ok else 0.0
-                state.measured.append((candidate, score, features(state.space, candidate)))
+                decisions = self._default_decisions(state)
+                schedule = state.default
+            else:
+                decisions, schedule = dict(candidate.decisions), candidate.schedule
+            records.append(replace(record, decisions=decisions))
+            row = trace_features(schedule, main) if self.strategy == "evolutionary" else None
+            state.add(records[-1], decisions, row)
+        self.records.append(records)
         if self.strategy == "evolutionary":
             self._retrain()
         return records
@@ -284,15 +392,30 @@ def tune(
     measure: MeasureConfig | None = None,
     batch: int = 8,
     progress: bool = True,
+    cost_model: str | None = None,
+    pool: int = 6,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
-    appending every measurement to the JSONL file `records`; resumes from it."""
+    appending every measurement to the JSONL file `records`; resumes from it. With
+    `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
+    only your own) and saved there at the end."""
     if trials < 1:
         raise InputError(f"tune: trials must be at least 1, got {trials}")
     target = host(num_threads)
     all_tasks = extract_tasks(model, input_shapes)
+    learned = None
+    if cost_model is not None and Path(cost_model).exists():
+        learned = GBModel.load(cost_model)
     tuner = Tuner(
-        select_tasks(all_tasks, tasks), RecordFile(records), target, seed, strategy, measure, batch
+        select_tasks(all_tasks, tasks),
+        RecordFile(records),
+        target,
+        seed,
+        strategy,
+        measure,
+        batch,
+        model=learned,
+        pool=pool,
     )
     start = time.perf_counter()
     used = 0
@@ -315,4 +438,6 @@ def tune(
                 bar.set_postfix(task=state.task.index, best_ms=f"{state.latency * 1e3:.3f}")
     if bar is not None:
         bar.close()
+    if cost_model is not None and isinstance(tuner.model, GBModel):
+        tuner.model.save(cost_model)
     return tuner.summary(time.perf_counter() - start, used)

@@ -125,3 +125,19 @@ def test_run_errors_name_the_input(tmp_path: Path, capsys) -> None:
     assert cli.main(["run", str(path), "-i", str(tmp_path / "bad.npz")]) == cli.EXIT_BAD_INPUT
     assert "input 'x' must have shape [2, 3]" in capsys.readouterr().err
     assert cli.main(["run", str(tmp_path / "missing.ptm")]) == cli.EXIT_BAD_INPUT
+
+
+def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, capsys) -> None:
+    from polytile.search.cost_model import GBModel
+    from polytile.search.records import RecordFile
+
+    path = write_model(tmp_path / "relu.onnx", shape=[64, 48])
+    records, model = tmp_path / "r.jsonl", tmp_path / "model.pkl"
+    argv = ["tune", str(path), "--trials", "4", "--records", str(records), "--batch", "2"]
+    argv += ["--workers", "2", "--cost-model", str(model)]
+    assert cli.main(argv) == 0
+    assert "estimated model latency" in capsys.readouterr().out
+    assert len(RecordFile(records).read()) == 4
+    assert isinstance(GBModel.load(model), GBModel)
+    assert cli.main([*argv[:6], "--workers", "0"]) == cli.EXIT_BAD_INPUT
+    assert "workers" in capsys.readouterr().err

@@ -1,17 +1,23 @@
 """Measurement in worker processes: a good candidate is timed, a wrong result, a crash and
-a hang become error records, and the worker is replaced so measuring goes on."""
+a hang become error records, and the worker is replaced so measuring goes on. Several
+workers build in parallel but time one at a time, and lose no candidate when one dies."""
 
 from __future__ import annotations
 
+import collections
+import itertools
+import random
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from polytile.codegen.target import host
+from polytile.errors import InputError
 from polytile.poly.default import default_schedule
 from polytile.poly.dsl import kernel
-from polytile.search.measure import MeasureConfig, Measurer
+from polytile.search.measure import MeasureConfig, Measurer, Span
+from polytile.search.space import SearchSpace
 
 GATHER = kernel("Y[i] = A[I[i]]", A=(8,), I=(4,), dtypes={"I": "int64"})
 
@@ -58,3 +64,100 @@ def test_a_hang_times_out() -> None:
         m.set_task(k, inputs, {"Y": np.full((n, n), n, "f4")})
         (slow,) = m.measure("w", [[]])
         assert slow.error == "timeout"
+
+
+# --- parallel builds, serialized timing ----------------------------------------------------
+
+N = 32
+MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(N, N), B=(N, N))
+A = np.random.default_rng(0).standard_normal((N, N)).astype(np.float32)
+B = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
+ILLEGAL = [{"kind": "split", "args": {"loop": "nope", "factors": [2, None]}}]
+#: replay raises a KeyError (not IllegalSchedule) on it, which kills the worker
+KILLER = [{"kind": "split", "args": {"loop": "i"}}]
+
+
+def matmul_traces(count: int) -> list[list[dict]]:
+    space, rng, traces = SearchSpace(MATMUL, 16), random.Random(0), [[]]
+    while len(traces) < count:
+        trace = space.build(space.sample(rng)).trace
+        if trace not in traces:
+            traces.append(trace)
+    return traces
+
+
+def set_matmul(m: Measurer) -> None:
+    m.set_task(MATMUL, {"A": A, "B": B}, {"Y": A @ B})
+
+
+@pytest.fixture(scope="module")
+def parallel() -> Iterator[Measurer]:
+    """Two workers; a timed run lasts ≥ 2 × 20 ms, so overlaps would show."""
+    config = MeasureConfig(number=1, repeat=2, min_repeat_ms=20, timeout=60, workers=2)
+    with Measurer(host(1), config) as m:
+        yield m
+
+
+def overlap(a: Span, b: Span) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+def test_two_workers_measure_like_one(measurer: Measurer, parallel: Measurer) -> None:
+    traces = matmul_traces(5)
+    traces.insert(2, ILLEGAL)
+    kinds = []
+    for m in (measurer, parallel):
+        set_matmul(m)
+        records = m.measure("w", traces)
+        assert [list(r.trace) for r in records] == traces
+        kinds.append([r.error for r in records])
+        assert all(r.ok for i, r in enumerate(records) if i != 2)
+    assert kinds[0] == kinds[1] == [None, None, "illegal", None, None, None]
+
+
+def test_builds_overlap_but_timed_runs_never_overlap_anything(parallel: Measurer) -> None:
+    set_matmul(parallel)
+    records = parallel.measure("w", matmul_traces(6))
+    assert all(r.ok for r in records)
+    builds = [s for s in parallel.spans if s.phase == "build"]
+    timed = sorted((s for s in parallel.spans if s.phase == "time"), key=lambda s: s.start)
+    assert len(builds) == len(timed) == 6
+    assert any(overlap(a, b) for a, b in itertools.combinations(builds, 2))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(timed))
+    assert not any(overlap(t, b) for t in timed for b in builds)
+
+
+def test_a_crash_amid_a_parallel_batch_spares_the_others(parallel: Measurer) -> None:
+    traces = matmul_traces(5)
+    traces.insert(2, KILLER)
+    set_matmul(parallel)
+    records = parallel.measure("w", traces)
+    assert [r.error for r in records] == [None, None, "crash", None, None, None]
+    assert all(r.ok for i, r in enumerate(records) if i != 2)
+
+
+def test_crashing_inputs_crash_every_candidate_then_workers_recover(parallel: Measurer) -> None:
+    a = np.arange(8, dtype=np.float32)
+    far = {"A": a, "I": np.array([1 << 40] * 4, dtype=np.int64)}
+    trace = default_schedule(GATHER).trace_json()
+    parallel.set_task(GATHER, far, {"Y": a[:4]})
+    assert [r.error for r in parallel.measure("w", [trace] * 3)] == ["crash"] * 3
+    parallel.set_task(GATHER, {"A": a, "I": np.zeros(4, np.int64)}, {"Y": np.zeros(4, "f4")})
+    assert all(r.ok for r in parallel.measure("w", [trace] * 3))
+
+
+def test_a_worker_hung_while_timing_loses_no_candidate() -> None:
+    # the timed runs never reach min_repeat_ms; three built candidates on two workers:
+    # one worker held two, so its second is built again on its replacement
+    config = MeasureConfig(number=1, repeat=5, min_repeat_ms=1e9, timeout=1.5, workers=2)
+    with Measurer(host(1), config) as m:
+        set_matmul(m)
+        records = m.measure("w", matmul_traces(3))
+        assert [r.error for r in records] == ["timeout"] * 3
+        built = collections.Counter(s.job for s in m.spans if s.phase == "build")
+        assert sorted(built) == [0, 1, 2] and max(built.values()) == 2
+
+
+def test_workers_must_be_positive() -> None:
+    with pytest.raises(InputError, match="workers"):
+        MeasureConfig(workers=0)

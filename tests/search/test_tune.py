@@ -96,3 +96,123 @@ def test_same_seed_and_records_propose_the_same_candidates(tmp_path: Path) -> No
         assert len(first) == 6 and len(set(first)) == 6
         assert proposals(5, strategy) == first
     assert proposals(6, "random") != proposals(5, "random")
+
+
+KILL_SCRIPT = """
+import sys
+from polytile.search.measure import MeasureConfig
+from polytile.search.tune import tune
+tune(sys.argv[1], trials=40, records=sys.argv[2], seed=1, batch=3, progress=False,
+     measure=MeasureConfig(min_repeat_ms=150, repeat=2))
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    """The complete (newline-terminated) lines: what was committed."""
+    text = path.read_text() if path.exists() else ""
+    return text.splitlines(keepends=True)[: text.count("\n")]
+
+
+def test_sigkill_mid_batch_loses_no_committed_record(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    onnx.save(model(), tmp_path / "m.onnx")
+    path = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(tmp_path / "m.onnx"), str(path)],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(_lines(path)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        # each candidate times for ≥ 0.3 s, so the second batch of 3 is in flight now
+        time.sleep(0.5)
+        assert proc.poll() is None, "the tuner finished before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    committed = _lines(path)
+    assert 3 <= len(committed) < 40
+    tune(model(), trials=4, records=str(path), seed=1, batch=3, progress=False)
+    after = _lines(path)
+    assert after[: len(committed)] == committed  # no committed record lost
+    records = RecordFile(path).read()
+    assert len(records) == len(committed) + 4
+    keys = [r.trace_key() for r in records]
+    assert len(set(keys)) == len(keys)  # no candidate measured twice
+
+
+def test_resuming_restores_the_population_and_pretrains_the_model(tmp_path: Path) -> None:
+    from polytile.codegen.target import host
+    from polytile.search.cost_model import GBModel
+    from polytile.search.tune import Tuner
+
+    path = tmp_path / "r.jsonl"
+    tune(model(), trials=10, records=str(path), seed=2, batch=5, progress=False)
+    records = RecordFile(path).read()
+    assert all(r.decisions is not None for r in records[1:])
+    fresh = GBModel(seed=0)
+    tuner = Tuner(extract_tasks(model()), RecordFile(path), host(), 2, model=fresh)
+    state = tuner.states[0]
+    assert state.trials == 10 and len(state.measured) == 10
+    assert all(m.row is not None for m in state.measured)  # replayed and featurized
+    assert fresh.trained  # pre-trained on the 10 earlier measurements
+    best = min((r for r in records if r.ok and r.decisions), key=lambda r: r.latency)
+    assert tuner._parents(state)[0] == best.decisions
+
+
+def test_cost_model_save_and_load(tmp_path: Path) -> None:
+    from polytile.errors import TuningError
+    from polytile.search.cost_model import GBModel
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((40, 5))
+    scores = rows[:, 0] - rows[:, 1] ** 2
+    trained = GBModel(seed=3)
+    trained.fit_rows(rows.tolist(), scores.tolist())
+    trained.save(tmp_path / "m.pkl")
+    loaded = GBModel.load(tmp_path / "m.pkl")
+    np.testing.assert_array_equal(loaded.predict_rows(rows), trained.predict_rows(rows))
+    (tmp_path / "bad.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(TuningError, match=r"bad\.pkl"):
+        GBModel.load(tmp_path / "bad.pkl")
+
+
+def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from polytile.codegen.target import host
+    from polytile.search.records import Record
+    from polytile.search.tune import Tuner
+
+    (task,) = extract_tasks(model())
+    tasks = [task, replace(task, index=1, weight=4)]
+    tuner = Tuner(tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0)
+    assert tuner.next_task() is tuner.states[0]  # warm-up: no baseline yet
+
+    def measure(state: object, latencies: list[float]) -> None:
+        for i, latency in enumerate(latencies):
+            trace = state.default_trace if i == 0 else [{"kind": "nop", "args": {"i": i}}]
+            state.add(Record(task.key, {}, tuple(trace), (latency,)), None, None)
+        state.rounds += 1
+
+    first, second = tuner.states
+    measure(first, [2e-3] * 8)
+    assert tuner.next_task() is second  # still warming up
+    measure(second, [2e-3] * 8)
+    # the same curves: the heavier task (weight 4) gains the model more per trial
+    assert tuner.next_task() is second
+    assert tuner.gradient(second) == pytest.approx(4 * tuner.gradient(first))
+    # equal weights, trials and latencies: the task still improving wins
+    tuner = Tuner(tasks[:1] * 2, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0)
+    first, second = tuner.states
+    measure(first, [2e-3] * 8 + [2e-3 - k * 1.25e-4 for k in range(1, 9)])
+    measure(second, [1e-3] * 16)
+    assert first.latency == second.latency and first.trials == second.trials
+    assert tuner.gradient(first) < tuner.gradient(second)
+    assert tuner.next_task() is first
