@@ -294,6 +294,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+RECORDS_HELP = "tuning records (JSONL): the fastest verified schedule per kernel is used"
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search schedules, append measurements to the records, report before / after."""
     from polytile.search.measure import MeasureConfig
@@ -385,12 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", nargs="?", help="an .onnx file or a zoo model name")
     comp.add_argument("-o", "--output", help="the .ptm to write (a directory with --zoo)")
     comp.add_argument("--zoo", metavar="all|a,b", help="compile zoo models in a batch")
-    comp.add_argument("--records", help="tuning records (applied once search lands)")
+    comp.add_argument("--records", help=RECORDS_HELP)
     model_options(comp)
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", help="run a model (.onnx, .ptm or zoo name) on inputs")
     run.add_argument("model")
+    run.add_argument("--records", help=RECORDS_HELP)
     run.add_argument("-i", "--inputs", help="an .npz of inputs keyed by input name")
     run.add_argument("--fill", default="random", help="inputs when no -i is given: random")
     run.add_argument("-o", "--output", help="write the outputs to this .npz")
@@ -401,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="compile, verify and time a model against a peer")
     bench.add_argument("model")
+    bench.add_argument("--records", help=RECORDS_HELP)
     bench.add_argument("--vs", choices=["onnxruntime", "none"], default="onnxruntime")
     bench.add_argument("--repeat", type=int, default=10)
     bench.add_argument("--number", type=int, default=1)

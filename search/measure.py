@@ -51,7 +51,7 @@ HOLD_PER_WORKER = 8
 class MeasureConfig:
     number: int = 2
     repeat: int = 3
-    min_repeat_ms: float = 0.0
+    min_repeat_ms: float = 5.0
     warmup: int = 1
     timeout: float = 60.0
     flush_cache: bool = False
