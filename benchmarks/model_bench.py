@@ -7,6 +7,10 @@ Targets on this 2-vCPU machine: ResNet-50 latency ≤ 2× onnxruntime (moonshot 
 compile ≤ 10 s.
 
     python benchmarks/model_bench.py [--models resnet50 squeezenet] [--repeat 10]
+    python benchmarks/model_bench.py --models resnet50 --records r.jsonl   # tuned
+
+With `--records` (from `polytile tune`), each kernel uses its best verified record and
+the results go to models_tuned.{json,md,png}.
 """
 
 from __future__ import annotations
@@ -40,10 +44,10 @@ def timed(fn, repeat: int) -> list[float]:  # noqa: ANN001
     return found
 
 
-def measure(name: str, repeat: int, threads: int) -> dict[str, object]:
+def measure(name: str, repeat: int, threads: int, records: str | None = None) -> dict[str, object]:
     path = zoo.materialize(name)
     start = time.perf_counter()
-    model = pt.compile(str(path), num_threads=threads)
+    model = pt.compile(str(path), num_threads=threads, records=records)
     compile_s = time.perf_counter() - start
     feeds = model.random_inputs(0)
     # each peer is timed alone: spinning worker threads of the other (libgomp's,
@@ -106,11 +110,14 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--records", help="tuning records to compile with")
     args = parser.parse_args()
+    out = "models_tuned" if args.records else "models"
+    schedules = "tuned schedules" if args.records else "default schedules"
     target = host(args.threads)
     rows = []
     for name in args.models:
-        row = measure(name, args.repeat, target.num_threads)
+        row = measure(name, args.repeat, target.num_threads, args.records)
         print(json.dumps(row))
         rows.append(row)
     extra = overhead(5)
@@ -122,12 +129,13 @@ def main() -> None:
         "threads": target.num_threads,
         "onnxruntime": ort.__version__,
         "polytile": pt.__version__,
+        "records": args.records,
         **extra,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "models.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (RESULTS / f"{out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [
-        f"# Models: polytile default schedules vs onnxruntime {ort.__version__}",
+        f"# Models: polytile {schedules} vs onnxruntime {ort.__version__}",
         "",
         f"{meta['cpu']}, {meta['vector_bits']}-bit vectors, {meta['threads']} threads; "
         f"Python overhead per run {extra['run_overhead_us']} µs. Latency is the median "
@@ -144,7 +152,7 @@ def main() -> None:
             f"| {r['onnxruntime_ms']} | {r['ratio']}× | {r['serial_ms']} "
             f"({r['thread_speedup']}×) | {r['max_rel_error']} |"
         )
-    (RESULTS / "models.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{out}.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
 
@@ -155,10 +163,10 @@ def main() -> None:
         ax.bar([r["model"] for r in rows], [r["ratio"] for r in rows])
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_ylabel("latency / onnxruntime (lower is better)")
-        ax.set_title("polytile default schedules vs onnxruntime")
+        ax.set_title(f"polytile {schedules} vs onnxruntime")
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
         fig.tight_layout()
-        fig.savefig(RESULTS / "models.png", dpi=120)
+        fig.savefig(RESULTS / f"{out}.png", dpi=120)
     except ImportError:
         print("matplotlib is not installed: no chart")
 

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polytile import zoo
 from polytile.search.cost_model import GBModel, trace_features
+from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks
 from polytile.search.tune import tune
@@ -83,7 +84,16 @@ def run_curves(name: str, model: object, trials: int, seeds: list[int], tasks: s
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "r.jsonl"
                 start = time.perf_counter()
-                tune(model, trials, str(path), seed, tasks, strategy=strategy, progress=False)
+                tune(
+                    model,
+                    trials,
+                    str(path),
+                    seed,
+                    tasks,
+                    strategy=strategy,
+                    progress=False,
+                    measure=MeasureConfig(workers=2),
+                )
                 seconds = time.perf_counter() - start
                 points = curve(path, task.flops)
                 out["runs"][f"{strategy}-{seed}"] = {"curve": points, "seconds": seconds}

@@ -6,7 +6,9 @@ reduction loops into outer / inner (cache) levels, ordered S R S R S; reductions
 move along the register block (`ow + kw`) may go below it, so the block's bounds stay
 constant under padding; elementwise consumers computed inside the output tile; the init
 placed before the reduction; outer loops fused and parallel; constant operands packed
-into blocked layouts. A candidate is the sketch with its *decisions* (which loop is
+into blocked layouts; and, when the output has little parallelism (fewer than two
+vectors per thread), rfactor of the longest reduction loop so that its partial results
+fill vectors. A candidate is the sketch with its *decisions* (which loop is
 vectorized and how wide, up to two register-blocked loops, reduction tile, outer tile,
 where the epilogue goes, unroll, how many outer loops run in parallel), sampled at
 random with a structural hint (the conv plan of `poly.default`: channels in vectors,
@@ -19,6 +21,7 @@ schedule: the evolutionary search starts from it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +40,7 @@ from polytile.poly.default import (
 )
 from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel, Role
+from polytile.poly.rfactor import rfactor
 from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
 
 Decisions = dict[str, Any]
@@ -46,6 +50,7 @@ BLOCKS = (1, 2, 3, 4, 6, 8)
 SECOND_BLOCKS = (1, 2, 3, 4)
 REDUCTION_TILES = (0, 4, 8, 16, 32, 64, 128, 256)
 OUTER_TILES = (0, 2, 4, 8, 16, 32)
+RFACTORS = (8, 16, 32, 64)
 #: largest register block sampled from a loop's divisors (accumulators are registers)
 MAX_BLOCK = 16
 #: probability that a sample follows the kernel's structural hint
@@ -87,6 +92,8 @@ class SearchSpace:
         self.extent = {n: T.loop_extent(base, n) for n in loops}
         self.padded = not self.main.domain_set().is_box()
         self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
+        #: the longest reduction loop, rfactored when the output has little parallelism
+        self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
         self._choices = self._make_choices()
 
     # --- decisions --------------------------------------------------------------------
@@ -101,8 +108,13 @@ class SearchSpace:
         }
         if self.plan is not None:
             divisors.add(self.plan.block)
+        outputs = math.prod(self.extent[n] for n in self.spatial)
+        little = outputs < 2 * self.lanes * self.config.threads
+        long = (
+            [] if self.rloop is None else [f for f in RFACTORS if 4 * f <= self.extent[self.rloop]]
+        )
         return {
-            "vec_loop": splittable or (None,),
+            "vec_loop": (None, *splittable),
             "vec": tuple(w for w in VECTOR_WIDTHS if w <= 2 * self.lanes),
             "pack": (True, False),
             "block_loop": (None, *splittable),
@@ -117,6 +129,7 @@ class SearchSpace:
             "epilogue_depth": (0, 1, 2, 3),
             "unroll": (True, False),
             "parallel_depth": (None, 1, 2, 3),
+            "rfactor": (0, *long) if little else (0,),
         }
 
     def choices(self) -> dict[str, tuple[Any, ...]]:
@@ -159,6 +172,7 @@ class SearchSpace:
             "epilogue_depth": 0,
             "unroll": True,
             "parallel_depth": None,
+            "rfactor": 0,
         }
         if self.plan is not None:
             d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
@@ -168,6 +182,8 @@ class SearchSpace:
             extent = self.extent[vec]
             if extent % (2 * self.lanes) == 0 and extent >= 4 * self.lanes:
                 d["vec"] = 2 * self.lanes
+            if extent < 2 * self.lanes:  # too short to split into vectors
+                d["vec_loop"] = None
             vec_loads = [ld for ld in loads(self.main.expr) if self.dim_of[vec] in ld.index]
             for name in reversed(self.spatial[:-1]):
                 if all(self.dim_of[name] not in ld.index for ld in vec_loads):
@@ -180,6 +196,14 @@ class SearchSpace:
     def build(self, decisions: Mapping[str, Any]) -> Candidate:
         schedule = initial_schedule(self.kernel)
         main = self.main
+        if decisions["rfactor"] and self.rloop is not None:
+            dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
+            factored = _try(schedule, lambda s: rfactor(s, main.name, dim, factor))
+            if factored is not schedule:  # partial results in vectors, then combined
+                for node in list(factored.body):
+                    if isinstance(node, Loop):
+                        factored = self._simple(factored, node.name, decisions)
+                return Candidate(dict(decisions), factored)
         if main.reduction and self.spatial:
             schedule = self._reduction(schedule, decisions)
         done = set()
@@ -215,12 +239,14 @@ class SearchSpace:
 
     def _reduction(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
         main = self.main
-        vec_loop = d["vec_loop"] if d["vec_loop"] is not None else self.spatial[-1]
-        if d["pack"]:
-            schedule = self._pack(schedule, self.dim_of[vec_loop], d["vec"])
+        vec_loop = d["vec_loop"]  # None: the main statement is not vectorized
         heads: dict[str, list[str]] = {n: [n] for n in self.spatial}
         blocks: dict[str, list[str]] = {"block_loop": [], "block2_loop": []}
-        schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, d["vec"])
+        vec_inner: list[str] = []
+        if vec_loop is not None:
+            if d["pack"]:
+                schedule = self._pack(schedule, self.dim_of[vec_loop], d["vec"])
+            schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, d["vec"])
         for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
             loop = d[which]
             if loop in heads and loop != vec_loop and heads[loop] == [loop]:

@@ -61,3 +61,63 @@ def test_sampling_is_seeded() -> None:
     a = [space.sample(random.Random(7)) for _ in range(3)]
     b = [space.sample(random.Random(7)) for _ in range(3)]
     assert a == b
+
+
+CONV = kernel_from_node(
+    helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+    {"x": (1, 8, 6, 14)},
+    initializers={"w": RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)},
+)
+MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 96), B=(96, 128))
+
+
+@pytest.mark.parametrize("k", [CONV, MATMUL, KERNELS["softmax"]], ids=["conv", "mm", "sm"])
+def test_default_decisions_build_the_default_schedule(k: object) -> None:
+    from polytile.poly.default import DefaultConfig, default_schedule
+
+    space = SearchSpace(k, lanes=8, threads=2)
+    built = space.build(space.default_decisions())
+    assert built.trace == default_schedule(k, DefaultConfig(vector_width=8)).trace_json()
+
+
+def test_conv_hint_puts_channels_in_vectors_and_rows_in_registers() -> None:
+    space = SearchSpace(CONV, lanes=8)
+    assert space.plan is not None and space.dim_of[space.plan.channel] == "m"
+    hinted = [space.sample(random.Random(s)) for s in range(40)]
+    channel = [d for d in hinted if d["vec_loop"] == space.plan.channel]
+    assert len(channel) >= 20  # the hint (70%) plus random picks
+    d = {**channel[0], "low_reduce": True, "block": 7, "unroll": True, "block2_loop": None}
+    schedule = space.build(d).schedule
+    loops = schedule.loops_of(space.main.name)
+    marks = {lp.annotation for lp in loops}
+    assert "vector" in marks and loops[-1].annotation == "vector"
+    # the row block (unrolled) sits above the reduction that moves along the row (kw)
+    names = [lp.name for lp in loops]
+    row_block = next(lp.name for lp in loops if lp.annotation == "unroll")
+    assert names.index(row_block) < names.index("kw")
+
+
+def test_outer_tile_applies_to_a_blocked_loop() -> None:
+    space = SearchSpace(MATMUL, lanes=8)
+    d = {**space.default_decisions(), "otile_loop": "j", "otile": 4, "vec": 8}
+    d.update(rtile_loop="k", rtile=32)
+    trace = space.build(d).trace
+    splits = [s["args"]["loop"] for s in trace if s["kind"] == "split"]
+    assert "j0" in splits  # the vector loop's outer part, tiled again
+    loops = [lp.name for lp in space.build(d).schedule.loops_of(space.main.name)]
+    assert loops.index("k0") < loops.index("j01") < loops.index("k1")  # S R S R S
+
+
+def test_rfactor_vectorizes_a_reduction_with_little_parallelism() -> None:
+    k = kernel("Y[i] += A[i, k] * 2", A=(2, 512))
+    space = SearchSpace(k, lanes=8)
+    assert space.choices()["rfactor"] == (0, 8, 16, 32, 64)
+    assert SearchSpace(MATMUL, lanes=8).choices()["rfactor"] == (0,)  # enough outputs
+    candidate = space.build({**space.default_decisions(), "rfactor": 16, "vec": 8})
+    assert candidate.trace[0]["kind"] == "rfactor"
+    partial = next(s for s in candidate.schedule.kernel.statements if s.name.endswith("_rf_1"))
+    assert candidate.schedule.loops_of(partial.name)[-1].annotation == "vector"
+    a = RNG.standard_normal((2, 512)).astype(np.float32)
+    got = run_schedule(replay(k, candidate.trace), {"A": a})["Y"]
+    assert got.shape == (2,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, (a * 2).sum(axis=1), rtol=1e-5)
