@@ -23,7 +23,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile import zoo
-from polytile.search.cost_model import GBModel, trace_features
+from polytile.search.cost_model import MODELS, trace_features
 from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks
@@ -126,21 +126,18 @@ def half_trials_check(runs: dict) -> dict:
 
 
 def ranking_quality(task: object, records: list) -> dict:
-    """Held-out pairwise accuracy and top-5 recall: regression vs pairwise ranking."""
-    from sklearn.ensemble import GradientBoostingClassifier
-
-    from polytile.poly.default import main_statement
+    """Held-out pairwise accuracy and top-5 recall of the two cost model formulations
+    (regression on normalized throughput, pairwise ranking), on this run's records."""
     from polytile.poly.transform import replay
 
-    main = main_statement(task.kernel).name
     rows, scores, seen = [], [], set()
     for r in records:
         if not r.ok or r.trace_key() in seen:
             continue
         seen.add(r.trace_key())
-        rows.append(trace_features(replay(task.kernel, r.trace), main))
+        rows.append(trace_features(replay(task.kernel, r.trace)))
         scores.append(1.0 / r.latency)
-    x, y = np.array(rows), np.array(scores)
+    y = np.array(scores)
     y = y / y.max()
     rng = np.random.default_rng(0)
     order = rng.permutation(len(y))
@@ -148,30 +145,17 @@ def ranking_quality(task: object, records: list) -> dict:
     train, test = order[:cut], order[cut:]
     if len(test) < 5:
         return {"samples": len(y)}
-
-    def evaluate(pred: np.ndarray) -> dict:
-        truth = y[test]
+    found: dict = {"samples": len(y)}
+    for kind, cls in MODELS.items():
+        model = cls(seed=0)
+        model.fit_rows([rows[i] for i in train], y[train].tolist())
+        pred, truth = model.predict_rows([rows[i] for i in test]), y[test]
         pairs = [(i, j) for i in range(len(test)) for j in range(i + 1, len(test))]
         right = sum((pred[i] - pred[j]) * (truth[i] - truth[j]) > 0 for i, j in pairs)
         k = min(5, len(test))
-        top_true = set(np.argsort(-truth)[:k])
-        top_pred = set(np.argsort(-pred)[:k])
-        return {
-            "pairwise_accuracy": right / len(pairs),
-            "top5_recall": len(top_true & top_pred) / k,
-        }
-
-    regression = GBModel(seed=0)
-    regression.fit_rows(x[train].tolist(), y[train].tolist())
-    reg = evaluate(regression.predict_rows(x[test].tolist()))
-    pairs = [(i, j) for i in train for j in train if i != j]
-    diffs = np.array([x[i] - x[j] for i, j in pairs])
-    labels = np.array([y[i] > y[j] for i, j in pairs])
-    ranker = GradientBoostingClassifier(n_estimators=80, max_depth=3, random_state=0)
-    ranker.fit(diffs, labels)
-    # a candidate's score: how often it wins against the training candidates
-    wins = np.array([ranker.predict_proba(x[i] - x[train])[:, 1].mean() for i in test])
-    return {"samples": len(y), "regression": reg, "pairwise_ranking": evaluate(wins)}
+        top = set(np.argsort(-truth)[:k]) & set(np.argsort(-pred)[:k])
+        found[kind] = {"pairwise_accuracy": right / len(pairs), "top5_recall": len(top) / k}
+    return found
 
 
 def main() -> None:

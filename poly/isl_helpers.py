@@ -4,6 +4,7 @@ strings itself. Dimensions are always named, and spaces are aligned before combi
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import islpy as isl
@@ -72,16 +73,22 @@ def card(s: isl.Set | isl.UnionSet) -> int:
     return int(s.count_val().to_python())
 
 
-def box_volume(s: isl.Set) -> int:
-    """The volume of the set's bounding box: a cheap upper bound of `card`."""
+def box_extents(s: isl.Set) -> list[int]:
+    """The extent of the set's bounding box along each dimension (zeros when empty)."""
+    dims = s.dim(isl.dim_type.set)
     if s.is_empty():
-        return 0
-    volume = 1
-    for pos in range(s.dim(isl.dim_type.set)):
+        return [0] * dims
+    found = []
+    for pos in range(dims):
         lo = s.dim_min_val(pos).to_python()
         hi = s.dim_max_val(pos).to_python()
-        volume *= max(0, int(hi) - int(lo) + 1)
-    return volume
+        found.append(max(0, int(hi) - int(lo) + 1))
+    return found
+
+
+def box_volume(s: isl.Set) -> int:
+    """The volume of the set's bounding box: a cheap upper bound of `card`."""
+    return math.prod(box_extents(s)) if not s.is_empty() else 0
 
 
 def is_empty(obj: isl.UnionMap | isl.UnionSet | isl.Map | isl.Set) -> bool:

@@ -317,6 +317,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         measure=MeasureConfig(timeout=args.timeout, workers=args.workers),
         batch=args.batch,
         cost_model=args.cost_model,
+        cost_model_kind=args.cost_model_kind,
     )
     print(result.table())
     if args.end_to_end:
@@ -426,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
     tune.add_argument(
         "--cost-model", help="a cost model file: loaded if it exists, saved after tuning"
+    )
+    tune.add_argument(
+        "--cost-model-kind", choices=["regression", "ranking", "random"], default="regression"
     )
     tune.add_argument(
         "--end-to-end", action="store_true", help="time the model before and after tuning"

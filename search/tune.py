@@ -42,7 +42,7 @@ from polytile.poly.kernel import Role
 from polytile.poly.schedule import Schedule
 from polytile.poly.transform import replay
 
-from .cost_model import CostModel, GBModel, trace_features
+from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
 from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, trace_key
 from .space import Candidate, Decisions, SearchSpace
@@ -217,13 +217,12 @@ class Tuner:
     def _resume(self, state: TaskState, records: list[Record]) -> None:
         """Earlier measurements of the task: never repeated, in the population, and (the
         latest PRETRAIN of them, replayed) training the cost model."""
-        main = state.space.main.name
         replayed = set(range(max(0, len(records) - PRETRAIN), len(records)))
         for i, r in enumerate(records):
             row = None
             if i in replayed and self.strategy == "evolutionary":
                 try:
-                    row = tuple(trace_features(replay(state.task.kernel, r.trace), main))
+                    row = tuple(trace_features(replay(state.task.kernel, r.trace)))
                 except (IllegalSchedule, KeyError, TypeError, ValueError):
                     row = None  # a trace of another polytile version: not replayable
             state.add(r, r.decisions, row)
@@ -271,8 +270,7 @@ class Tuner:
             found.append(candidate)
         if not evolutionary or len(found) <= count:
             return found[:count]
-        main = state.space.main.name
-        scores = self.model.predict_rows([trace_features(c.schedule, main) for c in found])
+        scores = self.model.predict_rows([trace_features(c.schedule) for c in found])
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         explore = round(self.epsilon * count)
         chosen = order[: count - explore]
@@ -282,14 +280,15 @@ class Tuner:
 
     def _retrain(self) -> None:
         """Fit every measured candidate's throughput, normalized by its task's best."""
-        rows, scores = [], []
+        rows, scores, groups = [], [], []
         for state in self.states:
             best = state.latency
             for m in state.measured:
                 if m.row is not None:
                     rows.append(m.row)
                     scores.append(best / m.latency if m.latency < float("inf") else 0.0)
-        self.model.fit_rows(rows, scores)
+                    groups.append(state.task.key)
+        self.model.fit_rows(rows, scores, groups)
 
     # --- task scheduling --------------------------------------------------------------
     def gradient(self, state: TaskState) -> float:
@@ -344,7 +343,6 @@ class Tuner:
             state.done = True
             return []
         measured = measurer.measure(task.key, traces, self.seed)
-        main = state.space.main.name
         records = []
         for record, candidate in zip(measured, candidates, strict=True):
             if candidate is None:
@@ -358,7 +356,7 @@ class Tuner:
             else:
                 decisions, schedule = dict(candidate.decisions), candidate.schedule
             records.append(replace(record, decisions=decisions))
-            row = trace_features(schedule, main) if self.strategy == "evolutionary" else None
+            row = trace_features(schedule) if self.strategy == "evolutionary" else None
             state.add(records[-1], decisions, row)
         self.records.append(records)
         if self.strategy == "evolutionary":
@@ -394,18 +392,28 @@ def tune(
     progress: bool = True,
     cost_model: str | None = None,
     pool: int = 6,
+    cost_model_kind: str = "regression",
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. With
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
-    only your own) and saved there at the end."""
+    only your own) and saved there at the end; otherwise a new `cost_model_kind` model
+    ("regression", "ranking" or "random") is trained."""
     if trials < 1:
         raise InputError(f"tune: trials must be at least 1, got {trials}")
     target = host(num_threads)
     all_tasks = extract_tasks(model, input_shapes)
-    learned = None
+    if cost_model_kind not in (*MODELS, "random"):
+        raise InputError(
+            f"tune: cost_model_kind must be one of {(*MODELS, 'random')}, not {cost_model_kind!r}"
+        )
+    learned: CostModel
     if cost_model is not None and Path(cost_model).exists():
-        learned = GBModel.load(cost_model)
+        learned = load_model(cost_model)
+    elif cost_model_kind == "random":
+        learned = RandomModel(seed)
+    else:
+        learned = MODELS[cost_model_kind](seed)
     tuner = Tuner(
         select_tasks(all_tasks, tasks),
         RecordFile(records),

@@ -128,16 +128,16 @@ def test_run_errors_name_the_input(tmp_path: Path, capsys) -> None:
 
 
 def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, capsys) -> None:
-    from polytile.search.cost_model import GBModel
+    from polytile.search.cost_model import RankModel, load_model
     from polytile.search.records import RecordFile
 
     path = write_model(tmp_path / "relu.onnx", shape=[64, 48])
     records, model = tmp_path / "r.jsonl", tmp_path / "model.pkl"
     argv = ["tune", str(path), "--trials", "4", "--records", str(records), "--batch", "2"]
-    argv += ["--workers", "2", "--cost-model", str(model)]
+    argv += ["--workers", "2", "--cost-model", str(model), "--cost-model-kind", "ranking"]
     assert cli.main(argv) == 0
     assert "estimated model latency" in capsys.readouterr().out
     assert len(RecordFile(records).read()) == 4
-    assert isinstance(GBModel.load(model), GBModel)
+    assert isinstance(load_model(model), RankModel)
     assert cli.main([*argv[:6], "--workers", "0"]) == cli.EXIT_BAD_INPUT
     assert "workers" in capsys.readouterr().err

@@ -21,3 +21,19 @@ def test_matmul_tile_footprints() -> None:
     # one (i, j0, k): 4 instances reading 1 element of A and 4 of B into 4 outputs
     assert (tiles["k"].work, tiles["k"].elements, tiles["k"].written) == (4, 4 + 1 + 4, 4)
     assert (tiles[j1].work, tiles[j1].elements) == (1, 3)
+
+
+def test_cache_lines_and_innermost_strides() -> None:
+    from polytile.poly.footprint import innermost_strides
+
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(8, 16), B=(16, 32))
+    schedule = initial_schedule(k)
+    tiles = {t.loop: t for t in footprints(schedule, "Y")}
+    # one i: a row of Y (32 floats: 2 lines), a row of A (1 line), all of B (16 rows x 2)
+    assert tiles["i"].lines == 2 + 1 + 32
+    # one (i, j): Y (1 line), a row of A (1 line), a column of B (16 rows, 1 line each)
+    assert tiles["j"].lines == 1 + 1 + 16
+    # along k: Y stays, A moves by one element, B by a row of 32
+    assert innermost_strides(schedule, "Y") == [0, 1, 32]
+    swapped = T.reorder(schedule, "i", "k", "j")
+    assert innermost_strides(swapped, "Y") == [1, 0, 1]

@@ -166,21 +166,29 @@ def test_resuming_restores_the_population_and_pretrains_the_model(tmp_path: Path
     assert tuner._parents(state)[0] == best.decisions
 
 
-def test_cost_model_save_and_load(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["regression", "ranking"])
+def test_cost_models_rank_held_out_rows_and_survive_save_and_load(
+    kind: str, tmp_path: Path
+) -> None:
     from polytile.errors import TuningError
-    from polytile.search.cost_model import GBModel
+    from polytile.search.cost_model import MODELS, load_model
 
     rng = np.random.default_rng(0)
-    rows = rng.standard_normal((40, 5))
-    scores = rows[:, 0] - rows[:, 1] ** 2
-    trained = GBModel(seed=3)
-    trained.fit_rows(rows.tolist(), scores.tolist())
+    rows = rng.standard_normal((120, 5))
+    scores = np.exp(rows[:, 0] - 0.5 * rows[:, 1] ** 2)  # a smooth "throughput"
+    trained = MODELS[kind](seed=3)
+    trained.fit_rows(rows[:80].tolist(), scores[:80].tolist(), ["t"] * 80)
+    pred, truth = trained.predict_rows(rows[80:].tolist()), scores[80:]
+    pairs = [(i, j) for i in range(40) for j in range(i + 1, 40)]
+    right = sum((pred[i] - pred[j]) * (truth[i] - truth[j]) > 0 for i, j in pairs)
+    assert right / len(pairs) > 0.8  # random scores rank half the pairs right
     trained.save(tmp_path / "m.pkl")
-    loaded = GBModel.load(tmp_path / "m.pkl")
-    np.testing.assert_array_equal(loaded.predict_rows(rows), trained.predict_rows(rows))
+    loaded = load_model(tmp_path / "m.pkl")
+    assert type(loaded) is type(trained)
+    np.testing.assert_array_equal(loaded.predict_rows(rows[80:]), pred)
     (tmp_path / "bad.pkl").write_bytes(b"not a pickle")
     with pytest.raises(TuningError, match=r"bad\.pkl"):
-        GBModel.load(tmp_path / "bad.pkl")
+        load_model(tmp_path / "bad.pkl")
 
 
 def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> None:
