@@ -32,6 +32,9 @@ class DefaultConfig:
     register_block: int = 4
     threads: int = 2
     min_parallel_extent: int = 2
+    #: the cache tile of a long reduction and of the vector tiles (see `cache_tiles`)
+    cache_reduction: int = 256
+    cache_columns: int = 8
 
 
 def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
@@ -106,6 +109,8 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     block_dim = dim_of[block] if block is not None else None
     schedule = _pack_weights(schedule, main, vec_dim, block_dim, config)
     outer, inner = list(spatial), []
+    v0 = vec
+    reduce_extent = math.prod(T.loop_extent(schedule, r) for r in reduce)
     extent = T.loop_extent(schedule, vec)
     if extent >= 2 * width:
         # two vectors per row when they fit evenly: twice the independent accumulators
@@ -116,21 +121,38 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             inner.append(v1)
         except IllegalSchedule:
             pass
-    if block is not None and T.loop_extent(schedule, block) >= 2 * config.register_block:
+    rows = gemm_block(reduce_extent, config)
+    if block is not None and T.loop_extent(schedule, block) >= 2 * rows:
         try:
-            schedule, (b0, b1) = T.split_named(schedule, block, (None, config.register_block))
+            schedule, (b0, b1) = T.split_named(schedule, block, (None, rows))
             outer[outer.index(block)] = b0
             inner.insert(0, b1)
         except IllegalSchedule:
             pass
-    order = [*outer, *reduce, *inner]
+    reduce_outer, middle, reduce_inner = list(reduce), [], []
+    tiles = cache_tiles(
+        [T.loop_extent(schedule, r) for r in reduce],
+        T.loop_extent(schedule, v0) if v0 != vec else 0,
+        config,
+    )
+    if tiles is not None:  # B's panel stays in cache while the rows of A stream by
+        try:
+            schedule, (c0, c1) = T.split_named(schedule, v0, (None, tiles[1]))
+            schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, tiles[0]))
+            outer[outer.index(v0)] = c0
+            reduce_outer, middle, reduce_inner = [r0], [c1], [r1]
+            reduce = [r0, r1]
+        except IllegalSchedule:
+            pass
+    order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner]
     if order != [loop.name for loop in schedule.loops_of(main.name)]:
         schedule = _try(schedule, lambda s: T.reorder(s, *order))
     current = [loop.name for loop in schedule.loops_of(main.name)]
     first_reduce = next((n for n in current if n in reduce), None)
     if first_reduce is not None:
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
-    tile_loop = [n for n in current if n not in reduce and n not in inner][-1]
+    above = current[: current.index(first_reduce)] if first_reduce is not None else current
+    tile_loop = [n for n in above if n not in inner][-1]
     for stmt in epilogue(schedule.kernel, main):
         schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
     innermost = current[-1]
@@ -144,6 +166,30 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if init is not None:
         schedule = vectorize_innermost(schedule, init, config.vector_width)
     return parallelize_outer(schedule, main.name, config)
+
+
+def cache_tiles(
+    reduce_extents: list[int], vec_tiles: int, config: DefaultConfig
+) -> tuple[int, int] | None:
+    """A long single reduction (a big GEMM's k) under many vector tiles: the reduction
+    split by `cache_reduction` and the vector tiles grouped by `cache_columns`, so one
+    panel of the streamed operand (cache_reduction × cache_columns vectors) stays in
+    L2 while the rows walk over it. None when the kernel is too small to need it."""
+    if len(reduce_extents) != 1 or reduce_extents[0] < 2 * config.cache_reduction:
+        return None
+    if vec_tiles < 2 * config.cache_columns:
+        return None
+    return config.cache_reduction, config.cache_columns
+
+
+def gemm_block(reduce_extent: int, config: DefaultConfig) -> int:
+    """Rows in registers: twice as many under a cache-tiled long reduction, where the
+    accumulators are reloaded once per panel and more rows amortize each vector load."""
+    return (
+        2 * config.register_block
+        if reduce_extent >= 2 * config.cache_reduction
+        else config.register_block
+    )
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,10 @@ from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.default import (
     DefaultConfig,
+    cache_tiles,
     conv_plan,
     epilogue,
+    gemm_block,
     main_statement,
     moving_reductions,
     parallelize_outer,
@@ -184,10 +186,17 @@ class SearchSpace:
                 d["vec"] = 2 * self.lanes
             if extent < 2 * self.lanes:  # too short to split into vectors
                 d["vec_loop"] = None
+            reduce_extents = [self.extent[r] for r in self.reduce]
+            d["block"] = gemm_block(math.prod(reduce_extents), self.config)
+            vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
+            tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
+            if tiles is not None:
+                d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
+                d.update(otile_loop=vec, otile=tiles[1])
             vec_loads = [ld for ld in loads(self.main.expr) if self.dim_of[vec] in ld.index]
             for name in reversed(self.spatial[:-1]):
                 if all(self.dim_of[name] not in ld.index for ld in vec_loads):
-                    if self.extent[name] >= 2 * self.config.register_block:
+                    if self.extent[name] >= 2 * d["block"]:
                         d["block_loop"] = name
                     break
         return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}

@@ -131,3 +131,17 @@ def test_conv_relu_residual() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     _run_model(model, 16)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(24, 512, 512), (20, 700, 640)])
+def test_cache_tiled_matmul_relu(m: int, k: int, n: int) -> None:
+    """A long reduction under many vector tiles: k and the vector tiles are cache-tiled
+    (S R S R S), with a partial last k tile in the second shape; the ReLU epilogue
+    still runs once per output tile."""
+    kern = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(m, k), B=(k, n))
+    schedule = default_schedule(kern, DefaultConfig(vector_width=16))
+    loops = [lp.name for lp in schedule.loops_of("Y")]
+    assert loops[-5:] == ["k0", "j01", "k1", "i1", "j1"]
+    inputs = _inputs(kern)
+    a, b = inputs["A"].astype(np.float64), inputs["B"].astype(np.float64)
+    _run(kern, 16, {"C": np.maximum(a @ b, 0).astype(np.float32)})

@@ -71,7 +71,12 @@ CONV = kernel_from_node(
 MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 96), B=(96, 128))
 
 
-@pytest.mark.parametrize("k", [CONV, MATMUL, KERNELS["softmax"]], ids=["conv", "mm", "sm"])
+BIG_MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 512), B=(512, 512))
+
+
+@pytest.mark.parametrize(
+    "k", [CONV, MATMUL, BIG_MATMUL, KERNELS["softmax"]], ids=["conv", "mm", "cached-mm", "sm"]
+)
 def test_default_decisions_build_the_default_schedule(k: object) -> None:
     from polytile.poly.default import DefaultConfig, default_schedule
 
