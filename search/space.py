@@ -156,6 +156,15 @@ class SearchSpace:
         mutated[key] = rng.choice(self._choices[key])
         return mutated
 
+    def complete(self, decisions: Mapping[str, Any]) -> Decisions:
+        """Decisions from elsewhere (a record of an older search space) made whole: an
+        unknown key is dropped, a missing or impossible value takes the default's."""
+        default = self.default_decisions()
+        return {
+            k: decisions[k] if k in decisions and decisions[k] in options else default[k]
+            for k, options in self._choices.items()
+        }
+
     def default_decisions(self) -> Decisions:
         """The sketch's version of `poly.default.default_schedule`."""
         d: Decisions = {

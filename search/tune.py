@@ -225,7 +225,8 @@ class Tuner:
                     row = tuple(trace_features(replay(state.task.kernel, r.trace)))
                 except (IllegalSchedule, KeyError, TypeError, ValueError):
                     row = None  # a trace of another polytile version: not replayable
-            state.add(r, r.decisions, row)
+            decisions = state.space.complete(r.decisions) if r.decisions is not None else None
+            state.add(r, decisions, row)
         state.rounds = 1 if state.trials else 0
 
     # --- proposals --------------------------------------------------------------------

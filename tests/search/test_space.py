@@ -126,3 +126,13 @@ def test_rfactor_vectorizes_a_reduction_with_little_parallelism() -> None:
     got = run_schedule(replay(k, candidate.trace), {"A": a})["Y"]
     assert got.shape == (2,) and got.dtype == np.float32
     np.testing.assert_allclose(got, (a * 2).sum(axis=1), rtol=1e-5)
+
+
+def test_decisions_of_an_older_space_are_completed() -> None:
+    space = SearchSpace(MATMUL, lanes=8)
+    old = {"vec_loop": "j", "vec": 8, "block": 3, "retired": 1, "otile": 999}
+    d = space.complete(old)
+    assert set(d) == set(space.choices())
+    assert (d["vec"], d["block"]) == (8, 3)  # kept
+    assert d["otile"] == space.default_decisions()["otile"]  # not an option any more
+    assert space.build(d).trace  # buildable
