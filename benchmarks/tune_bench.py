@@ -9,6 +9,11 @@ Targets: GEMM 1024³ ≥ 100 GFLOPS within 128 trials (TVM 0.27 MetaSchedule: 99
 the trials.
 
     python benchmarks/tune_bench.py [--trials 128] [--seeds 0 1] [--conv-trials 64]
+    python benchmarks/tune_bench.py --variants sampled --merge   # add one variant's runs
+
+Variants: `evolutionary` (model-guided, its population seeded with the default
+schedule's decisions), `sampled` (model-guided from samples only: the ablation that
+shows what the seed is worth) and `random`.
 """
 
 from __future__ import annotations
@@ -75,31 +80,36 @@ def numpy_gflops(n: int, repeat: int = 5) -> float:
     return 2 * n**3 / min(times) / 1e9
 
 
-def run_curves(name: str, model: object, trials: int, seeds: list[int], tasks: str | None) -> dict:
+#: the compared searches: model-guided evolution from the default schedule's decisions,
+#: the same from samples only (an ablation), and random search
+VARIANTS: dict[str, dict] = {
+    "evolutionary": {"strategy": "evolutionary"},
+    "sampled": {"strategy": "evolutionary", "start_from_default": False},
+    "random": {"strategy": "random"},
+}
+
+
+def run_curves(
+    name: str, model: object, trials: int, seeds: list[int], tasks: str | None, variants: list[str]
+) -> dict:
     task = extract_tasks(model)[int(tasks or 0)]
     out: dict = {"task_flops": task.flops, "runs": {}}
     records = []
-    for strategy in ("evolutionary", "random"):
+    for variant in variants:
         for seed in seeds:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "r.jsonl"
                 start = time.perf_counter()
                 tune(
-                    model,
-                    trials,
-                    str(path),
-                    seed,
-                    tasks,
-                    strategy=strategy,
-                    progress=False,
-                    measure=MeasureConfig(workers=2),
-                )
+                    model, trials, str(path), seed, tasks, progress=False,
+                    measure=MeasureConfig(workers=2), **VARIANTS[variant],
+                )  # fmt: skip
                 seconds = time.perf_counter() - start
                 points = curve(path, task.flops)
-                out["runs"][f"{strategy}-{seed}"] = {"curve": points, "seconds": seconds}
+                out["runs"][f"{variant}-{seed}"] = {"curve": points, "seconds": seconds}
                 records.extend(RecordFile(path).read())
                 print(
-                    f"{name} {strategy} seed {seed}: best {points[-1]:.1f} GFLOPS, {seconds:.0f} s"
+                    f"{name} {variant} seed {seed}: best {points[-1]:.1f} GFLOPS, {seconds:.0f} s"
                 )
     out["records"] = records
     out["task"] = task
@@ -112,16 +122,23 @@ def best_overall(records: list, flops: int) -> float:
 
 
 def half_trials_check(runs: dict) -> dict:
-    """Trials model-guided search needs to reach random search's final best."""
+    """Trials each model-guided variant needs to reach random search's final best."""
     found = {}
     for key, run in runs.items():
         if not key.startswith("random"):
             continue
         seed = key.split("-")[1]
         target = run["curve"][-1]
-        guided = runs[f"evolutionary-{seed}"]["curve"]
-        reached = next((i + 1 for i, g in enumerate(guided) if g >= target), None)
-        found[seed] = {"random_best": target, "guided_trials_to_match": reached, "of": len(guided)}
+        for variant in ("evolutionary", "sampled"):
+            guided = runs.get(f"{variant}-{seed}")
+            if guided is None:
+                continue
+            reached = next((i + 1 for i, g in enumerate(guided["curve"]) if g >= target), None)
+            found[f"{variant}-{seed}"] = {
+                "random_best": round(target, 1),
+                "trials_to_match": reached,
+                "of": len(guided["curve"]),
+            }
     return found
 
 
@@ -164,36 +181,51 @@ def main() -> None:
     parser.add_argument("--conv-trials", type=int, default=64)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
     parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--merge", action="store_true", help="add these runs to tune.json's (same workloads)"
+    )
     parser.add_argument("--report-only", action="store_true", help="re-render tune.json")
     args = parser.parse_args()
+    saved = RESULTS / "tune.json"
     if args.report_only:
-        write_report(json.loads((RESULTS / "tune.json").read_text()))
+        write_report(json.loads(saved.read_text()))
         return
-    results: dict = {}
-    gemm = run_curves("gemm", gemm_model(args.n), args.trials, args.seeds, None)
-    overall = best_overall(gemm["records"], gemm["task"].flops)
-    results["gemm"] = {
-        "n": args.n,
-        "numpy_gflops": numpy_gflops(args.n),
-        "best_gflops": overall,
-        "runs": gemm["runs"],
-        "half_trials": half_trials_check(gemm["runs"]),
-        "ranking": ranking_quality(gemm["task"], gemm["records"]),
-    }
+    results: dict = json.loads(saved.read_text()) if args.merge else {}
+    gemm = run_curves("gemm", gemm_model(args.n), args.trials, args.seeds, None, args.variants)
     resnet = zoo.materialize("resnet50")
     tasks = extract_tasks(str(resnet))
     conv = max((t for t in tasks if t.kind.startswith("Conv")), key=lambda t: t.flops * t.weight)
-    conv_runs = run_curves("conv", str(resnet), args.conv_trials, args.seeds, str(conv.index))
-    results["resnet50_conv"] = {
-        "task": conv.index,
-        "flops": conv.flops,
-        "runs": conv_runs["runs"],
-        "half_trials": half_trials_check(conv_runs["runs"]),
-        "ranking": ranking_quality(conv_runs["task"], conv_runs["records"]),
-    }
+    conv_runs = run_curves(
+        "conv", str(resnet), args.conv_trials, args.seeds, str(conv.index), args.variants
+    )
+    for name, found, extra in (
+        ("gemm", gemm, {"n": args.n}),
+        ("resnet50_conv", conv_runs, {"task": conv.index, "flops": conv.flops}),
+    ):
+        entry = results.setdefault(name, {})
+        entry.update(extra)
+        entry.setdefault("runs", {}).update(found["runs"])
+        entry["half_trials"] = half_trials_check(entry["runs"])
+        if not args.merge:
+            entry["ranking"] = ranking_quality(found["task"], found["records"])
+        if not args.merge or "default_gflops" not in entry:
+            entry["default_gflops"] = default_gflops(found["records"], found["task"].flops)
+    if not args.merge:
+        results["gemm"]["numpy_gflops"] = numpy_gflops(args.n)
+        results["gemm"]["best_gflops"] = best_overall(gemm["records"], gemm["task"].flops)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "tune.json").write_text(json.dumps(results, indent=1, default=float))
+    saved.write_text(json.dumps(results, indent=1, default=float))
     write_report(results)
+
+
+def default_gflops(records: list, flops: int) -> float:
+    """The default schedule's GFLOPS: each run measures it first (the best of them)."""
+    from polytile.search.records import trace_key
+
+    first = records[0]
+    same = [r for r in records if r.ok and trace_key(r.trace) == trace_key(first.trace)]
+    return max((flops / r.latency / 1e9 for r in same), default=0.0)
 
 
 def write_report(results: dict) -> None:
@@ -206,12 +238,17 @@ def write_report(results: dict) -> None:
                 f"- {key}: best {run['curve'][-1]:.1f} GFLOPS after {len(run['curve'])} trials, "
                 f"{run['seconds']:.0f} s"
             )
+        if "default_gflops" in res:
+            lines.append(f"- default schedule: {res['default_gflops']:.1f} GFLOPS")
         if "numpy_gflops" in res:
             lines.append(f"- numpy (same run): {res['numpy_gflops']:.1f} GFLOPS")
             lines.append(
                 f"- best of all runs (default schedule included): {res['best_gflops']:.1f}"
             )
-        lines.append(f"- model-guided vs random: {json.dumps(res['half_trials'])}")
+        lines.append(
+            "- trials model-guided search needs to reach random search's final best: "
+            f"{json.dumps(res['half_trials'])}"
+        )
         lines.append(f"- cost model ranking (held out): {json.dumps(res['ranking'])}")
         lines.append("")
     (RESULTS / "tune.md").write_text("\n".join(lines))
@@ -224,7 +261,7 @@ def write_report(results: dict) -> None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, (name, res) in zip(axes, results.items(), strict=False):
             for key, run in res["runs"].items():
-                style = "-" if key.startswith("evolutionary") else "--"
+                style = {"evolutionary": "-", "sampled": "-."}.get(key.split("-")[0], "--")
                 ax.step(range(1, len(run["curve"]) + 1), run["curve"], style, label=key)
             ax.set_title(name)
             ax.set_xlabel("trials")

@@ -181,6 +181,7 @@ class Tuner:
         model: CostModel | None = None,
         pool: int = 6,
         task_epsilon: float = 0.05,
+        start_from_default: bool = True,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
@@ -195,6 +196,8 @@ class Tuner:
         self.epsilon = epsilon
         self.pool = pool
         self.task_epsilon = task_epsilon
+        #: the default schedule's decisions seed the population (off: samples only)
+        self.start_from_default = start_from_default
         self.rng = random.Random(seed)
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
         lanes = target.lanes("float32")
@@ -236,7 +239,9 @@ class Tuner:
             key=lambda m: m.latency,
         )
         parents = [m.decisions for m in ranked[:PARENTS] if m.decisions is not None]
-        return parents or [state.space.default_decisions()]
+        if parents or not self.start_from_default:
+            return parents
+        return [state.space.default_decisions()]
 
     def _default_decisions(self, state: TaskState) -> Decisions | None:
         """The sketch's decisions that build the default schedule, if they do."""
@@ -352,7 +357,7 @@ class Tuner:
                         f"task {task.index}: the default schedule failed ({record.error}: "
                         f"{record.message})"
                     )
-                decisions = self._default_decisions(state)
+                decisions = self._default_decisions(state) if self.start_from_default else None
                 schedule = state.default
             else:
                 decisions, schedule = dict(candidate.decisions), candidate.schedule
@@ -394,12 +399,14 @@ def tune(
     cost_model: str | None = None,
     pool: int = 6,
     cost_model_kind: str = "regression",
+    start_from_default: bool = True,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. With
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
     only your own) and saved there at the end; otherwise a new `cost_model_kind` model
-    ("regression", "ranking" or "random") is trained."""
+    ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
+    the evolutionary population start from samples only (an ablation)."""
     if trials < 1:
         raise InputError(f"tune: trials must be at least 1, got {trials}")
     target = host(num_threads)
@@ -425,6 +432,7 @@ def tune(
         batch,
         model=learned,
         pool=pool,
+        start_from_default=start_from_default,
     )
     start = time.perf_counter()
     used = 0

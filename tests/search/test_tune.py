@@ -224,3 +224,17 @@ def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> No
     assert first.latency == second.latency and first.trials == second.trials
     assert tuner.gradient(first) < tuner.gradient(second)
     assert tuner.next_task() is first
+
+
+def test_the_population_starts_from_the_default_decisions_unless_ablated(
+    tmp_path: Path,
+) -> None:
+    from polytile.codegen.target import host
+    from polytile.search.tune import Tuner
+
+    tasks = extract_tasks(model())
+    records = RecordFile(tmp_path / "r.jsonl")
+    seeded = Tuner(tasks, records, host(), 0)
+    state = seeded.states[0]
+    assert seeded._parents(state) == [state.space.default_decisions()]
+    assert Tuner(tasks, records, host(), 0, start_from_default=False)._parents(state) == []

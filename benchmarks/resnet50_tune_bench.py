@@ -1,0 +1,82 @@
+"""ResNet-50 end to end after tuning: `tune` spends at most `--trials` measurements on the
+model's 28 tasks (the gradient task scheduler decides where), then the model compiled
+with the records and with the default schedules is timed against onnxruntime in the
+same run (each peer alone, `model_bench.measure`). Writes
+benchmarks/results/resnet50_tuned.{json,md} with the per-task table, and
+resnet50_best.jsonl: the fastest verified record per task (enough for
+`compile(records=...)` to rebuild the tuned model on the same CPU; the full records file
+is not kept in git).
+
+Target: tuned latency ≤ 1.0× onnxruntime's after at most 2,000 trials (moonshot 0.8×).
+
+    python benchmarks/resnet50_tune_bench.py [--trials 2000] [--records r.jsonl]
+    python benchmarks/resnet50_tune_bench.py --records r.jsonl --measure-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from model_bench import RESULTS, measure
+
+from polytile import zoo
+from polytile.codegen.target import host
+from polytile.search.measure import MeasureConfig
+from polytile.search.records import RecordFile, best_records
+from polytile.search.tune import tune
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--records", default=str(RESULTS / "resnet50_records.jsonl"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--measure-only", action="store_true", help="time existing records")
+    args = parser.parse_args()
+    path = str(zoo.materialize("resnet50"))
+    table, seconds = "", 0.0
+    if not args.measure_only:
+        start = time.perf_counter()
+        result = tune(
+            path,
+            args.trials,
+            args.records,
+            args.seed,
+            measure=MeasureConfig(workers=args.workers),
+        )
+        seconds = time.perf_counter() - start
+        table = result.table()
+        print(table)
+    target = host()
+    best = best_records(RecordFile(args.records), target.key())
+    RecordFile(RESULTS / "resnet50_best.jsonl").path.unlink(missing_ok=True)
+    RecordFile(RESULTS / "resnet50_best.jsonl").append(best.values())
+    threads = target.num_threads
+    tuned = measure("resnet50", args.repeat, threads, args.records)
+    default = measure("resnet50", args.repeat, threads)
+    rows = {"tuned": tuned, "default": default, "tuning_s": round(seconds, 1)}
+    print(json.dumps(rows))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "resnet50_tuned.json").write_text(json.dumps(rows, indent=1))
+    lines = [
+        "# ResNet-50 after tuning, against onnxruntime (each timed alone, same run)",
+        "",
+        "| schedules | polytile ms | onnxruntime ms | ratio | compile s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in (("default", default), ("tuned", tuned)):
+        lines.append(
+            f"| {name} | {r['polytile_ms']} | {r['onnxruntime_ms']} | {r['ratio']}× "
+            f"| {r['compile_s']} |"
+        )
+    if table:
+        lines += ["", f"Tuning: {args.trials} trials in {seconds:.0f} s.", "", "```", table, "```"]
+    (RESULTS / "resnet50_tuned.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
