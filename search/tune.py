@@ -57,6 +57,8 @@ WINDOW = 8
 PARENTS, MUTATE = 8, 0.7
 #: measured candidates of earlier runs replayed per task to pre-train the cost model
 PRETRAIN = 256
+#: built candidates kept per task (mutations revisit decisions; schedules hold isl text)
+BUILT_CACHE = 1024
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,8 @@ class Tuner:
     def _build(self, state: TaskState, decisions: Decisions) -> Candidate:
         key = _decisions_key(decisions)
         if key not in state.built:
+            if len(state.built) >= BUILT_CACHE:  # schedules hold isl text: bound the memory
+                state.built.clear()
             state.built[key] = state.space.build(decisions)
         return state.built[key]
 
