@@ -53,7 +53,7 @@ def main() -> None:
         print(table)
     target = host()
     best = best_records(RecordFile(args.records), target.key())
-    RecordFile(RESULTS / "resnet50_best.jsonl").path.unlink(missing_ok=True)
+    (RESULTS / "resnet50_best.jsonl").unlink(missing_ok=True)
     RecordFile(RESULTS / "resnet50_best.jsonl").append(best.values())
     threads = target.num_threads
     tuned = measure("resnet50", args.repeat, threads, args.records)

@@ -99,10 +99,8 @@ def compile_parts(
     order = sorted(range(len(jobs)), key=lambda i: -len(texts[i]))  # biggest first
     with mp.get_context("fork").Pool(workers) as pool:
         done = pool.map(_compile_args, [jobs[i] for i in order], chunksize=1)
-    parts: list[Part | None] = [None] * len(jobs)
-    for i, part in zip(order, done, strict=True):
-        parts[i] = part
-    return [p for p in parts if p is not None]
+    by_job = dict(zip(order, done, strict=True))
+    return [by_job[i] for i in range(len(jobs))]
 
 
 @functools.cache

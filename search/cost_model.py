@@ -163,10 +163,9 @@ def trace_features(schedule: Schedule) -> list[float]:
     )
 
 
-def _matrix(rows: Rows, width: int | None = None) -> np.ndarray:
-    """Rows padded (or cut) to one width: feature rows of deeper loop nests are longer."""
-    width = width if width is not None else max(len(r) for r in rows)
-    return np.array([(list(r) + [0.0] * width)[:width] for r in rows], dtype=np.float64)
+def _matrix(rows: Rows) -> np.ndarray:
+    """Feature rows as one array (every row has the same width: levels are padded)."""
+    return np.asarray(rows, dtype=np.float64)
 
 
 class GBModel:
@@ -193,13 +192,12 @@ class GBModel:
             n_estimators=80, max_depth=4, learning_rate=0.1, random_state=self.seed
         )
         model.fit(x, np.asarray(scores))
-        self._model = (model, x.shape[1])
+        self._model = model
 
     def predict_rows(self, rows: Rows) -> np.ndarray:
         if self._model is None:
             return np.array([self._rng.random() for _ in rows])
-        model, width = self._model
-        return model.predict(_matrix(rows, width))
+        return self._model.predict(_matrix(rows))
 
     @property
     def trained(self) -> bool:
@@ -219,8 +217,8 @@ class GBModel:
 class RankModel(GBModel):
     """Pairwise ranking: a classifier on feature differences predicts which of two
     candidates of one task is faster; a candidate scores its mean win probability
-    against a reference sample of the training rows (Ansor's and TLP's rank losses, as
-    boosted trees)."""
+    against a reference sample of the training rows (Ansor's rank loss, as boosted
+    trees)."""
 
     kind = "ranking"
 
@@ -255,14 +253,14 @@ class RankModel(GBModel):
         model = GradientBoostingClassifier(n_estimators=80, max_depth=3, random_state=self.seed)
         model.fit(diffs, labels)
         reference = x[rng.choice(len(x), min(len(x), REFERENCE_ROWS), replace=False)]
-        self._model = (model, x.shape[1], reference)
+        self._model = (model, reference)
 
     def predict_rows(self, rows: Rows) -> np.ndarray:
         if self._model is None:
             return np.array([self._rng.random() for _ in rows])
-        model, width, reference = self._model
-        x = _matrix(rows, width)
-        diffs = (x[:, None, :] - reference[None, :, :]).reshape(-1, width)
+        model, reference = self._model
+        x = _matrix(rows)
+        diffs = (x[:, None, :] - reference[None, :, :]).reshape(-1, x.shape[1])
         wins = model.predict_proba(diffs)[:, list(model.classes_).index(True)]
         return wins.reshape(len(x), len(reference)).mean(axis=1)
 

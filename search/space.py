@@ -97,6 +97,7 @@ class SearchSpace:
         #: the longest reduction loop, rfactored when the output has little parallelism
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
         self._choices = self._make_choices()
+        self._default = self._make_default()
 
     # --- decisions --------------------------------------------------------------------
     def _make_choices(self) -> dict[str, tuple[Any, ...]]:
@@ -159,7 +160,7 @@ class SearchSpace:
     def complete(self, decisions: Mapping[str, Any]) -> Decisions:
         """Decisions from elsewhere (a record of an older search space) made whole: an
         unknown key is dropped, a missing or impossible value takes the default's."""
-        default = self.default_decisions()
+        default = self._default
         return {
             k: decisions[k] if k in decisions and decisions[k] in options else default[k]
             for k, options in self._choices.items()
@@ -167,6 +168,9 @@ class SearchSpace:
 
     def default_decisions(self) -> Decisions:
         """The sketch's version of `poly.default.default_schedule`."""
+        return dict(self._default)
+
+    def _make_default(self) -> Decisions:
         d: Decisions = {
             "vec_loop": self.spatial[-1] if self.spatial else None,
             "vec": self.lanes,

@@ -23,6 +23,7 @@ against.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -98,13 +99,17 @@ class TaskState:
     def default_trace(self) -> list[dict[str, Any]]:
         return self.default.trace_json()
 
+    @functools.cached_property
+    def default_key(self) -> str:
+        return trace_key(self.default_trace)
+
     def add(self, record: Record, decisions: Mapping[str, Any] | None, row: Any) -> None:
         """Count one measurement: best, curve, population."""
         self.seen.add(record.trace_key())
         self.trials += 1
         if record.ok and (self.best is None or record.latency < self.best.latency):
             self.best = record
-        if record.ok and record.trace_key() == trace_key(self.default_trace):
+        if record.ok and record.trace_key() == self.default_key:
             self.baseline = record
         self.history.append(self.latency)
         self.measured.append(Measured(decisions, record.latency, row))
@@ -248,7 +253,7 @@ class Tuner:
     def _default_decisions(self, state: TaskState) -> Decisions | None:
         """The sketch's decisions that build the default schedule, if they do."""
         decisions = state.space.default_decisions()
-        same = trace_key(self._build(state, decisions).trace) == trace_key(state.default_trace)
+        same = trace_key(self._build(state, decisions).trace) == state.default_key
         return decisions if same else None
 
     def _build(self, state: TaskState, decisions: Decisions) -> Candidate:
