@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polytile.errors import IllegalSchedule
+
+from . import isl_helpers as ih
 from .kernel import Kernel, Statement
 from .schedule import Schedule, parse_mark, to_isl
 
@@ -107,10 +110,26 @@ _OPS = {
 }
 
 
+#: isl operations one AST generation may take: ten times what the largest default
+#: schedule of the zoo needs. isl's AST generator can blow up (minutes) on fused loops
+#: over guarded, non-divisible tiles; such a schedule is illegal rather than a hang.
+AST_OPERATIONS = 1_000_000
+
+
 def build_ast(schedule: Schedule) -> AstNode:
     """isl's AST for the schedule, converted and with loop names as iterators."""
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    node = build.node_from_schedule(to_isl(schedule))
+    tree = to_isl(schedule)
+    try:
+        with ih.operation_limit(AST_OPERATIONS):
+            node = build.node_from_schedule(tree)
+    except isl.Error as err:
+        if not ih.is_over_limit(err):
+            raise
+        raise IllegalSchedule(
+            f"kernel {schedule.kernel.name}: isl's AST generator gave up on the schedule "
+            f"after {AST_OPERATIONS} operations (too many guarded pieces)"
+        ) from None
     return _node(node, {})
 
 

@@ -57,7 +57,7 @@ def canonicalize(kernel: Kernel) -> tuple[Kernel, Mapping[str, str]]:
 
 
 #: steps that rewrite the kernel (constants, statements) rather than only the loops
-KERNEL_STEPS = frozenset({"pack", "rfactor"})
+KERNEL_STEPS = frozenset({"pack", "rfactor", "inline"})
 
 
 def transplant(schedule: Schedule, kernel: Kernel) -> Schedule:

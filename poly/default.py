@@ -7,21 +7,26 @@ width and vectorized, a second output dimension that the vectorized operand does
 depend on blocked by 4 and unrolled (so one loaded vector is reused by 4 accumulators),
 the reduction loops between the tile loops and the register block, the init placed just
 before the reduction loops, every epilogue statement computed inside the output tile, and
-the outer loops fused into one parallel loop. Other statements get a parallel outer loop
-and a vectorized inner loop. Every step is checked; an illegal one is skipped.
+the outer loops fused into one parallel loop. A convolution-like reduction puts its
+channels in vectors instead (`conv_plan`), unless its rows are long contiguous streams (a
+1×1 convolution on flattened planes, `poly.flatten`). Epilogue statements chained through
+temporaries (bias, residual add, ReLU) are inlined into one first. Other statements, and
+elementwise kernels, get a parallel outer loop (when there is enough work) and a
+vectorized inner loop. Every step is checked; an illegal one is skipped.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from polytile.errors import IllegalSchedule
 
 from . import transform as T
 from .expr import loads
+from .inline import inline_statement
 from .kernel import Kernel, Role, Statement, mentions
 from .schedule import Loop, Schedule, initial_schedule, statements_below
 
@@ -32,6 +37,9 @@ class DefaultConfig:
     register_block: int = 4
     threads: int = 2
     min_parallel_extent: int = 2
+    #: statement instances below which a kernel runs on one thread: waking the others
+    #: costs more than they would save
+    min_parallel_work: int = 16384
     #: the cache tile of a long reduction and of the vector tiles (see `cache_tiles`)
     cache_reduction: int = 256
     cache_columns: int = 8
@@ -68,6 +76,8 @@ def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Sch
     config = config or DefaultConfig()
     schedule = initial_schedule(kernel)
     main = main_statement(kernel)
+    for stmt in chained_epilogue(kernel, main):
+        schedule = _try(schedule, lambda s, st=stmt: inline_statement(s, st))
     if main.reduction:
         schedule = _schedule_reduction(schedule, main, config)
     nest = _top_nest(schedule, main.name)
@@ -75,6 +85,10 @@ def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Sch
     for nest in schedule.body:
         stmts = statements_below(nest)
         if isinstance(nest, Loop) and not set(stmts) & done:
+            schedule = _schedule_simple(schedule, nest.name, config)
+    if not main.reduction:  # an elementwise / injective kernel: its own nest too
+        nest = _top_nest(schedule, main.name)
+        if nest is not None and not any(lp.annotation for lp in schedule.loops_of(main.name)):
             schedule = _schedule_simple(schedule, nest.name, config)
     return schedule
 
@@ -106,23 +120,30 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             block = name
             break
     width = config.vector_width
-    block_dim = dim_of[block] if block is not None else None
-    schedule = _pack_weights(schedule, main, vec_dim, block_dim, config)
     outer, inner = list(spatial), []
     v0 = vec
     reduce_extent = math.prod(T.loop_extent(schedule, r) for r in reduce)
     extent = T.loop_extent(schedule, vec)
+    # two vectors per row when they fit evenly: twice the independent accumulators
+    factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
+    rows = gemm_block(reduce_extent, config)
+    blocked = block is not None and T.loop_extent(schedule, block) >= 2 * rows
+    schedule = pack_weights(
+        schedule,
+        main.name,
+        (
+            (vec_dim if extent >= 2 * width else None, factor),
+            (dim_of[block] if blocked and block is not None else None, rows),
+        ),
+    )
     if extent >= 2 * width:
-        # two vectors per row when they fit evenly: twice the independent accumulators
-        factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
         try:
             schedule, (v0, v1) = T.split_named(schedule, vec, (None, factor))
             outer[outer.index(vec)] = v0
             inner.append(v1)
         except IllegalSchedule:
             pass
-    rows = gemm_block(reduce_extent, config)
-    if block is not None and T.loop_extent(schedule, block) >= 2 * rows:
+    if blocked and block is not None:
         try:
             schedule, (b0, b1) = T.split_named(schedule, block, (None, rows))
             outer[outer.index(block)] = b0
@@ -252,6 +273,8 @@ def _conv_plan(
     lanes = config.vector_width
     row = spatial[-1]
     row_dim = dim_of[row]
+    if _streams(schedule, main, row, row_dim, lanes):
+        return None
     for ld in loads(main.expr):
         t = schedule.kernel.tensors.get(ld.tensor)
         if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
@@ -279,6 +302,21 @@ def _conv_plan(
             block = _row_block(T.loop_extent(schedule, row), 2 * config.register_block)
             return ConvPlan(ld.tensor, ld.index.index(dim), name, row, width, block)
     return None
+
+
+def _streams(schedule: Schedule, main: Statement, row: str, row_dim: str, lanes: int) -> bool:
+    """Whether the row is a contiguous stream of whole vectors (two or more) in the output
+    and in every operand that moves with it (a 1×1 convolution whose planes are flattened: a
+    matrix product). Its tiles then stream along memory, which beats vectors across
+    channel planes; the matrix-product plan takes it. A row that ends in a partial
+    vector (14×14 and 7×7 images) stays with channel vectors, which are always full."""
+    extent = T.loop_extent(schedule, row)
+    if main.index[-1] != row_dim or extent < 2 * lanes or extent % lanes:
+        return False
+    moving = [ld for ld in loads(main.expr) if _depends(ld.index, row_dim)]
+    return bool(moving) and all(
+        ld.index[-1] == row_dim and not _depends(ld.index[:-1], row_dim) for ld in moving
+    )
 
 
 def _uniform_in_blocks(index: tuple, dim: str, width: int) -> bool:
@@ -352,20 +390,17 @@ def _schedule_conv(
     return parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
 
 
-def _pack_weights(
-    schedule: Schedule,
-    main: Statement,
-    vec_dim: str,
-    block_dim: str | None,
-    config: DefaultConfig,
+def pack_weights(
+    schedule: Schedule, stmt: str, packs: Sequence[tuple[str | None, int]]
 ) -> Schedule:
-    """Constant operands (weights) get a blocked layout along the dim the tile walks in
-    vectors (or in register blocks), so each block is contiguous in memory."""
-    for ld in loads(main.expr):
+    """Constant operands (weights) of `stmt` get a blocked layout along the first of
+    `packs` (dim, block size: the vector or register block the tile walks it in) that they
+    use and that holds two blocks, so each block is contiguous in memory."""
+    for ld in loads(schedule.kernel.statement[stmt].expr):
         t = schedule.kernel.tensors.get(ld.tensor)
         if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
             continue
-        for dim, factor in ((vec_dim, config.vector_width), (block_dim, config.register_block)):
+        for dim, factor in packs:
             if dim is None or dim not in ld.index:
                 continue
             axis = ld.index.index(dim)
@@ -392,16 +427,28 @@ def epilogue(kernel: Kernel, main: Statement) -> list[str]:
     return found
 
 
+def chained_epilogue(kernel: Kernel, main: Statement) -> list[str]:
+    """Epilogue statements whose result only feeds the next epilogue statement through a
+    temporary (bias, then add, then ReLU): inlined into their reader, the chain is one
+    statement, and the temporaries' round trips through memory disappear."""
+    return [
+        name
+        for name in epilogue(kernel, main)
+        if kernel.tensors[kernel.statement[name].tensor].role is Role.TEMP
+    ]
+
+
 def vectorize_innermost(schedule: Schedule, stmt: str, width: int) -> Schedule:
     """Vectorize the innermost loop that runs `stmt` alone: in vectors of `width` when
-    they divide it, whole when it is short."""
+    they divide it, whole when it is short, and in vectors of `width` and a partial last
+    one when it is long (a flattened 55×55 plane)."""
     loops = schedule.loops_of(stmt)
     own = [lp for lp in loops if statements_below(lp) == [stmt]]
     if not own:
         return schedule
     last = own[-1].name
     extent = T.loop_extent(schedule, last)
-    if extent > width and extent % width == 0:
+    if extent > 4 * width or (extent > width and extent % width == 0):
         try:
             schedule, (_, v1) = T.split_named(schedule, last, (None, width))
             return _try(schedule, lambda s: T.vectorize(s, v1))
@@ -424,6 +471,8 @@ def parallelize_outer(
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
+    if depth is None and _instances(schedule, stmt) < config.min_parallel_work:
+        return schedule
     chain = [loops[0].name]
     extent = T.loop_extent(schedule, chain[0])
     for loop in loops[1:]:
@@ -444,6 +493,14 @@ def parallelize_outer(
     if T.loop_extent(schedule, chain[0]) >= config.min_parallel_extent:
         schedule = _try(schedule, lambda s: T.parallel(s, chain[0]))
     return schedule
+
+
+def _instances(schedule: Schedule, stmt: str) -> int:
+    """The statement's instances, bounded by its domain's box (counting a padded
+    convolution's domain exactly costs isl seconds)."""
+    from . import isl_helpers as ih
+
+    return ih.box_volume(schedule.kernel.statement[stmt].domain_set())
 
 
 def _schedule_simple(schedule: Schedule, nest: str, config: DefaultConfig) -> Schedule:

@@ -3,9 +3,10 @@ strings itself. Dimensions are always named, and spaces are aligned before combi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import islpy as isl
 
@@ -93,3 +94,104 @@ def box_volume(s: isl.Set) -> int:
 
 def is_empty(obj: isl.UnionMap | isl.UnionSet | isl.Map | isl.Set) -> bool:
     return bool(obj.is_empty())
+
+
+#: an affine form over named dimensions: (coefficient by dimension, constant)
+Linear = tuple[dict[str, int], int]
+
+
+def linear(dims: Sequence[str], text: str) -> Linear | None:
+    """The integer coefficients and constant of an affine expression over `dims`; None
+    when it is not one affine piece without integer division (so it can be inverted)."""
+    pieces: list[isl.Aff] = []
+    parse_pw_aff(f"{{ [{', '.join(dims)}] -> [({text})] }}").foreach_piece(
+        lambda _where, aff: pieces.append(aff)
+    )
+    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) > 0:
+        return None
+    aff = pieces[0]
+    values = [aff.get_coefficient_val(isl.dim_type.in_, i) for i in range(len(dims))]
+    constant = aff.get_constant_val()
+    if not all(v.is_int() for v in (*values, constant)):
+        return None
+    coefficients = {d: int(v.to_python()) for d, v in zip(dims, values, strict=True)}
+    return {d: c for d, c in coefficients.items() if c}, int(constant.to_python())
+
+
+def conjunctions(s: isl.Set) -> list[list[tuple[Linear, bool]]] | None:
+    """The set as a disjunction of conjunctions of constraints `form >= 0` (or `form = 0`
+    when the flag is set) over its named dims; None when one needs an existential
+    variable (an integer division), which has no affine form."""
+    names = dim_names(s)
+    found: list[list[tuple[Linear, bool]]] = []
+    for part in s.get_basic_sets():
+        if part.dim(isl.dim_type.div) > 0:
+            return None
+        conjunction = []
+        for c in part.get_constraints():
+            values = [c.get_coefficient_val(isl.dim_type.set, i) for i in range(len(names))]
+            coefficients = {n: int(v.to_python()) for n, v in zip(names, values, strict=True)}
+            form = (
+                {n: v for n, v in coefficients.items() if v},
+                int(c.get_constant_val().to_python()),
+            )
+            conjunction.append((form, bool(c.is_equality())))
+        found.append(conjunction)
+    return found
+
+
+def value_range(domain: isl.Set, text: str) -> tuple[int, int]:
+    """The smallest and largest value of a quasi-affine expression over the dims of a
+    bounded, non-empty set."""
+    name, dims = domain.get_tuple_name(), dim_names(domain)
+    values = parse_map(f"{{ {name}[{', '.join(dims)}] -> [({text})] }}")
+    found = values.intersect_domain(domain).range()
+    return int(found.dim_min_val(0).to_python()), int(found.dim_max_val(0).to_python())
+
+
+def separable_box(s: isl.Set, positions: Sequence[int]) -> list[int] | None:
+    """The extents of the dims at `positions` when the set is the product of [0, extent)
+    on each of them with what it says about the others (no constraint ties them to the
+    rest), else None."""
+    if s.is_empty():
+        return None
+    extents = []
+    free = s
+    for pos in positions:
+        if s.dim_min_val(pos).to_python() != 0:
+            return None
+        extents.append(int(s.dim_max_val(pos).to_python()) + 1)
+        free = free.eliminate(isl.dim_type.set, pos, 1)
+    for pos, extent in zip(positions, extents, strict=True):
+        free = free.lower_bound_val(isl.dim_type.set, pos, isl.Val.int_from_si(CTX, 0))
+        free = free.upper_bound_val(isl.dim_type.set, pos, isl.Val.int_from_si(CTX, extent - 1))
+    return extents if free.is_equal(s) else None
+
+
+def merge_dims(s: isl.Set, first: int, second: int, name: str, extent: int) -> isl.Set:
+    """A separable set (see `separable_box`) with the dims at `first` and `second` replaced
+    by one dim `name` in [0, extent), at the first one's place."""
+    tuple_name = s.get_tuple_name()
+    merged = s.eliminate(isl.dim_type.set, first, 1).eliminate(isl.dim_type.set, second, 1)
+    merged = merged.project_out(isl.dim_type.set, second, 1)
+    at = first if first < second else first - 1
+    merged = merged.set_dim_name(isl.dim_type.set, at, name)
+    merged = merged.lower_bound_val(isl.dim_type.set, at, isl.Val.int_from_si(CTX, 0))
+    merged = merged.upper_bound_val(isl.dim_type.set, at, isl.Val.int_from_si(CTX, extent - 1))
+    return merged.set_tuple_name(tuple_name)
+
+
+@contextlib.contextmanager
+def operation_limit(operations: int) -> Iterator[None]:
+    """isl gives up (an `isl.Error` that `is_over_limit` recognizes) once the calls inside
+    take more than `operations` of its elementary steps; outside, no limit."""
+    CTX.set_max_operations(operations)
+    CTX.reset_operations()
+    try:
+        yield
+    finally:
+        CTX.set_max_operations(0)
+
+
+def is_over_limit(err: isl.Error) -> bool:
+    return "maximal number of operations exceeded" in str(err)

@@ -65,7 +65,14 @@ class Step:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Step:
-        return Step(str(data["kind"]), _freeze(data.get("args", {})))
+        """The step of a JSON object; anything else is an illegal step (the poly layer's
+        one legality error), which the search records as such."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+            raise IllegalSchedule(f"a trace step must be an object with a 'kind', got {data!r}")
+        args = data.get("args", {})
+        if not isinstance(args, Mapping):
+            raise IllegalSchedule(f"step '{data['kind']}': 'args' must be an object, got {args!r}")
+        return Step(data["kind"], _freeze(args))
 
 
 def _freeze(value: Any) -> Any:

@@ -23,6 +23,7 @@ from polytile.frontend.graph import unique_name
 from . import isl_helpers as ih
 from .ast_check import verify_ast
 from .expr import Expr, Load, rewrite
+from .inline import inline_statement
 from .kernel import Kernel, Role, Tensor
 from .rfactor import rfactor
 from .schedule import (
@@ -492,12 +493,69 @@ STEPS: Mapping[str, Callable[..., Schedule]] = {
     "unroll": lambda s, a: unroll(s, a["loop"]),
     "pack": lambda s, a: pack(s, a["tensor"], a["axis"], a["factor"]),
     "rfactor": lambda s, a: rfactor(s, a["stmt"], a["dim"], a["factor"]),
+    "inline": lambda s, a: inline_statement(s, a["stmt"]),
 }
 
 
+#: each step's arguments and their JSON types ("names": a list of strings, "ints": a list
+#: of integers or nulls)
+STEP_ARGS: Mapping[str, Mapping[str, str]] = {
+    "split": {"loop": "name", "factors": "ints"},
+    "tile": {"loops": "names", "sizes": "ints"},
+    "reorder": {"order": "names"},
+    "fuse": {"loops": "names"},
+    "compute_at": {"stmt": "name", "loop": "name"},
+    "reverse_compute_at": {"stmt": "name", "loop": "name"},
+    "decompose_reduction": {"stmt": "name", "loop": "name"},
+    "parallel": {"loop": "name"},
+    "vectorize": {"loop": "name"},
+    "unroll": {"loop": "name"},
+    "pack": {"tensor": "name", "axis": "int", "factor": "int"},
+    "rfactor": {"stmt": "name", "dim": "name", "factor": "int"},
+    "inline": {"stmt": "name"},
+}
+
+
+_KINDS = {
+    "name": "a name",
+    "int": "an integer",
+    "names": "a list of names",
+    "ints": "a list of integers",
+}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    def integer(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if kind == "name":
+        return isinstance(value, str)
+    if kind == "int":
+        return integer(value)
+    if not isinstance(value, tuple | list):
+        return False
+    if kind == "names":
+        return all(isinstance(v, str) for v in value)
+    return all(v is None or integer(v) for v in value)
+
+
 def apply_step(schedule: Schedule, step: Step) -> Schedule:
+    """The step applied; a step of an unknown kind or with malformed arguments (a trace
+    from elsewhere, or edited by hand) is illegal, like any step that does not apply."""
     if step.kind not in STEPS:
         raise IllegalSchedule(f"unknown step kind '{step.kind}'")
+    expected = STEP_ARGS[step.kind]
+    for name, kind in expected.items():
+        if name not in step.args:
+            raise IllegalSchedule(f"step '{step.kind}' lacks its argument '{name}'")
+        if not _fits(step.args[name], kind):
+            raise IllegalSchedule(
+                f"step '{step.kind}': argument '{name}' must be {_KINDS[kind]}, "
+                f"got {step.args[name]!r}"
+            )
+    extra = sorted(set(step.args) - set(expected))
+    if extra:
+        raise IllegalSchedule(f"step '{step.kind}' has unknown argument(s) {extra}")
     return STEPS[step.kind](schedule, step.args)
 
 

@@ -21,11 +21,13 @@ from polytile.errors import InputError, ModelError, PolytileError, ShapeError, U
 
 if TYPE_CHECKING:
     from polytile.frontend import Graph, Partition
-    from polytile.runtime import CompiledModel, Timing
+    from polytile.runtime import CompiledModel, Profile, Timing
 
 EXIT_BAD_INPUT = 2
 EXIT_ERROR = 3
 EXIT_INTERNAL = 70
+#: errors whose exit code says the input is at fault
+BAD_INPUT = (InputError, ModelError, UnsupportedOpError, ShapeError)
 
 
 def parse_input_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
@@ -97,6 +99,7 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
     """The kernel of each selected group under its default schedule, as C-like code."""
     from polytile.poly.ast import explain
     from polytile.poly.default import default_schedule
+    from polytile.poly.flatten import flatten_planes
     from polytile.poly.lower import lower
 
     if which == "all":
@@ -109,7 +112,7 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
                 f"--kernel takes a group index 0..{len(parts.groups) - 1} or 'all', not {which}"
             ) from None
     for group in selected:
-        kernel = lower(graph, group)
+        kernel = flatten_planes(lower(graph, group))  # as `compile` schedules it
         print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops")
         print(explain(default_schedule(kernel)), end="")
 
@@ -183,13 +186,23 @@ def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
         opt_level=args.opt_level,
         records=getattr(args, "records", None),
     )
-    stats = result.stats
-    print(
-        f"compiled {path.name} in {time.perf_counter() - start:.1f} s: {stats.kernels} kernels, "
+    print(describe(path.name, time.perf_counter() - start, result.stats))
+    return result
+
+
+def describe(name: str, seconds: float, stats: Any) -> str:
+    """One line on a compiled model: time, kernels, memory."""
+    return (
+        f"compiled {name} in {seconds:.1f} s: {stats.kernels} kernels, "
         f"{stats.functions} distinct functions, arena {stats.arena_bytes / 2**20:.1f} MiB "
         f"(unshared {stats.unshared_bytes / 2**20:.1f} MiB)"
     )
-    return result
+
+
+def exit_code(error: BaseException) -> int:
+    if isinstance(error, BAD_INPUT):
+        return EXIT_BAD_INPUT
+    return EXIT_ERROR if isinstance(error, PolytileError) else EXIT_INTERNAL
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -200,21 +213,55 @@ def cmd_compile(args: argparse.Namespace) -> int:
         unknown = [n for n in names if n not in zoo.NAMES]
         if unknown:
             raise InputError(f"--zoo: unknown model(s) {unknown} (zoo: {', '.join(zoo.NAMES)})")
-        out = Path(args.output or "compiled")
-        out.mkdir(parents=True, exist_ok=True)
-        from tqdm import tqdm
-
-        for name in tqdm(names, desc="compile zoo", unit="model"):
-            model = compiled(name, args)
-            model.save(out / f"{name}.ptm")
-        print(f"saved {len(names)} models in {out}/")
-        return 0
+        return compile_batch(names, args)
+    if args.scheduler is not None:
+        raise InputError("--scheduler compiles a batch: use it with --zoo")
     if args.model is None:
         raise InputError("compile needs a model (an .onnx file or zoo name) or --zoo")
     model = compiled(args.model, args)
     output = args.output or f"{Path(args.model).stem}.ptm"
     print(f"saved {model.save(output)}")
     return 0
+
+
+def compile_batch(names: Sequence[str], args: argparse.Namespace) -> int:
+    """Compile models one by one, or each as a task on the Dask cluster of --scheduler. A
+    model that fails prints an error line naming it and the others go on; the exit code is
+    the worst failure's."""
+    from tqdm import tqdm
+
+    from polytile.search.cluster import CompileResult, compile_many
+
+    out = Path(args.output or "compiled")
+    with tqdm(total=len(names), desc="compile zoo", unit="model") as bar:
+
+        def report(result: CompileResult) -> None:
+            if result.ok:
+                tqdm.write(describe(result.name, result.seconds, result.stats))
+            else:
+                if exit_code(result.error) == EXIT_INTERNAL:
+                    traceback.print_exception(result.error)
+                line = f"polytile: error: model '{result.name}': {result.error}"
+                tqdm.write(line, file=sys.stderr)
+            bar.update()
+
+        results = compile_many(
+            names,
+            out,
+            args.scheduler,
+            seed=args.seed,
+            num_threads=args.threads,
+            opt_level=args.opt_level,
+            input_shapes=parse_input_shapes(args.input_shapes),
+            records=args.records,
+            progress=report,
+        )
+    failed = [r for r in results if not r.ok]
+    print(f"saved {len(results) - len(failed)} of {len(results)} models in {out}/")
+    if failed:
+        listed = ", ".join(r.name for r in failed)
+        print(f"polytile: error: {len(failed)} model(s) failed: {listed}", file=sys.stderr)
+    return max((exit_code(r.error) for r in failed if r.error is not None), default=0)
 
 
 def print_timing(label: str, timing: Timing) -> None:
@@ -236,7 +283,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"saved outputs to {args.output}")
     if args.repeat:
         print_timing("polytile", model.benchmark(feeds, repeat=args.repeat, number=args.number))
+    if args.profile:
+        print_profile(model.profile(feeds, repeat=args.profile))
     return 0
+
+
+def print_profile(profile: Profile, top: int = 10) -> None:
+    """The kernel calls that take the most time, like onnxruntime's per-node profile."""
+    total = profile.total
+    print(f"profile: {len(profile.calls)} kernel calls, {total * 1e3:.3f} ms in all")
+    print(f"{'call':>5}  {'ms':>8}  {'share':>6}  function")
+    for call in sorted(profile.calls, key=lambda c: -c.seconds)[:top]:
+        share = call.seconds / total if total else 0.0
+        print(f"{call.index:>5}  {call.seconds * 1e3:>8.3f}  {share:>6.1%}  {call.function}")
 
 
 def ort_session(path: Path, threads: int | None = None, optimize: bool = True) -> Any:
@@ -314,7 +373,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         num_threads=args.threads,
         input_shapes=parse_input_shapes(args.input_shapes),
-        measure=MeasureConfig(timeout=args.timeout, workers=args.workers),
+        measure=MeasureConfig(timeout=args.timeout, workers=args.workers, scheduler=args.scheduler),
         batch=args.batch,
         cost_model=args.cost_model,
         cost_model_kind=args.cost_model_kind,
@@ -390,6 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", help="the .ptm to write (a directory with --zoo)")
     comp.add_argument("--zoo", metavar="all|a,b", help="compile zoo models in a batch")
     comp.add_argument("--records", help=RECORDS_HELP)
+    comp.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="compile the --zoo batch on this Dask scheduler's cluster",
+    )
     model_options(comp)
     comp.set_defaults(func=cmd_compile)
 
@@ -401,6 +465,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", help="write the outputs to this .npz")
     run.add_argument("--repeat", type=int, default=0, help="time this many repeats")
     run.add_argument("--number", type=int, default=1, help="runs per timed repeat")
+    run.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="REPEAT",
+        help="time each kernel call over this many runs and list the slowest",
+    )
     model_options(run)
     run.set_defaults(func=cmd_run)
 
@@ -426,6 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
     tune.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="build candidates on this Dask scheduler's cluster (tcp://host:8786); "
+        "timing stays on this machine",
+    )
+    tune.add_argument(
         "--cost-model", help="a cost model file: loaded if it exists, saved after tuning"
     )
     tune.add_argument(
@@ -449,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (InputError, ModelError, UnsupportedOpError, ShapeError) as exc:
+    except BAD_INPUT as exc:
         print(f"polytile: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PolytileError as exc:

@@ -36,6 +36,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.flatten import flatten_planes
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.lower import lower
 from polytile.poly.schedule import Schedule, initial_schedule
@@ -91,7 +92,7 @@ def compile(
     by_workload: dict[str, Schedule] = {}
     for done, group in enumerate(parts.groups):
         t0 = time.perf_counter()
-        kernel, _ = canonicalize(lower(graph, group))
+        kernel, _ = canonicalize(flatten_planes(lower(graph, group)))
         t1 = time.perf_counter()
         key = kernel.workload_key()
         if key in by_workload:  # an identical group: same loops, its own weights

@@ -124,6 +124,29 @@ class Timing:
         )
 
 
+@dataclass(frozen=True)
+class CallTiming:
+    """One kernel call of a profiled run: its place in the model, its function and the
+    median seconds it took."""
+
+    index: int
+    function: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profiled inference: each kernel call's median time, and the outputs it gave."""
+
+    calls: tuple[CallTiming, ...]
+    outputs: list[np.ndarray]
+
+    @property
+    def total(self) -> float:
+        """The calls' medians added up (close to one run's latency)."""
+        return sum(c.seconds for c in self.calls)
+
+
 _Entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -219,6 +242,11 @@ class CompiledModel:
                 ctypes.addressof(self._constant_table),
                 self._arena.ctypes.data,
             )
+        return self._with_copies(arrays, outputs)
+
+    def _with_copies(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The outputs with those no kernel writes filled in (copies of inputs, constants
+        or other outputs)."""
         for copy in self.manifest.copies:
             source = {"input": arrays, "output": outputs, "constant": self.constants}[copy.kind]
             outputs[copy.index] = np.array(source[copy.source], copy=True).reshape(
@@ -259,6 +287,44 @@ class CompiledModel:
                 self.run(feeds)
             results.append((time.perf_counter() - start) / number)
         return Timing(tuple(results))
+
+    def profile(
+        self, feeds: Mapping[str, Any] | None = None, repeat: int = 10, warmup: int = 1
+    ) -> Profile:
+        """Each kernel call timed on its own, the calls made in model order as one
+        inference makes them (so each meets the cache the previous ones left): the calls
+        add up to about one run, and show which kernels the time goes to."""
+        if repeat < 1:
+            raise InputError("profile: repeat must be at least 1")
+        arrays = self._check(feeds if feeds is not None else self.random_inputs())
+        outputs = [np.empty(s.shape, dtype=s.dtype) for s in self.manifest.outputs]
+        tables = {
+            "input": [a.ctypes.data for a in arrays],
+            "output": [o.ctypes.data for o in outputs],
+            "constant": [c.ctypes.data for c in self.constants],
+        }
+        base = self._arena.ctypes.data
+        prepared = []
+        for call in self.manifest.calls:
+            kind = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(call.args))
+            fn = kind(self._jit.address(call.function))
+            args = [
+                base + s.index if s.kind == "arena" else tables[s.kind][s.index] for s in call.args
+            ]
+            prepared.append((fn, args))
+        samples: list[list[float]] = [[] for _ in prepared]
+        with self._lock:
+            for run in range(warmup + repeat):
+                for times, (fn, args) in zip(samples, prepared, strict=True):
+                    start = time.perf_counter()
+                    fn(*args)
+                    if run >= warmup:
+                        times.append(time.perf_counter() - start)
+        calls = tuple(
+            CallTiming(i, call.function, statistics.median(times))
+            for i, (call, times) in enumerate(zip(self.manifest.calls, samples, strict=True))
+        )
+        return Profile(calls, self._with_copies(arrays, outputs))
 
     # --- artifacts --------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -16,6 +16,13 @@ while every other worker waits idle (a single worker times each candidate as soo
 is built). The timeout applies per candidate and phase. A worker that dies takes the
 candidates it held with it: they are built again.
 
+With `scheduler` (a Dask scheduler's address; the extra `polytile[dask]`), the candidates
+are replayed and compiled for this host's target on the cluster instead (`cluster`), as
+many at a time as it has workers, and phase one loads each into a worker here and verifies
+it as soon as it arrives; timing stays here and serialized. A failed, crashed or overdue
+build on the cluster is an error record of the same kind as here. When a Dask worker runs
+on this host, the cluster builds nothing while a candidate is timed.
+
 Timing: `warmup` runs, then `repeat` measurements of `number` runs each; `number` grows
 until one measurement lasts `min_repeat_ms`; with `flush_cache` a buffer larger than the
 last-level cache is written before each measurement.
@@ -33,7 +40,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -43,8 +50,13 @@ from polytile.poly.kernel import Kernel
 
 from .records import Record
 
+if TYPE_CHECKING:
+    from .cluster import RemoteBuilder
+
 #: built candidates a worker holds at most before they are timed (each keeps its buffers)
 HOLD_PER_WORKER = 8
+#: seconds between looks at the cluster while workers here are busy
+POLL = 0.05
 
 
 @dataclass(frozen=True)
@@ -59,15 +71,24 @@ class MeasureConfig:
     atol: float = 1e-4
     #: worker processes building in parallel (timed runs are serialized regardless)
     workers: int = 1
+    #: a Dask scheduler's address ("tcp://10.0.0.5:8786"): build candidates on its cluster
+    scheduler: str | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise InputError(f"MeasureConfig: workers must be at least 1, got {self.workers}")
+        if self.scheduler is not None and not (
+            isinstance(self.scheduler, str) and self.scheduler.strip()
+        ):
+            raise InputError(
+                f"MeasureConfig: scheduler must be a Dask scheduler address, got {self.scheduler!r}"
+            )
 
 
 class Span(NamedTuple):
-    """What a worker reported doing: a phase ("build" or "time") of the candidate at
-    `job` (its index in `measure`'s traces) between two `time.time()` instants."""
+    """What a worker reported doing: a phase ("build" or "time"; "remote" for a build on a
+    Dask worker, on its clock) of the candidate at `job` (its index in `measure`'s traces)
+    between two `time.time()` instants."""
 
     phase: str
     job: int
@@ -122,15 +143,33 @@ def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> t
     from polytile.errors import IllegalSchedule
     from polytile.poly.transform import replay
 
-    kernel, inputs, expected = task
     try:
-        schedule = replay(kernel, trace)
+        schedule = replay(task[0], trace)
     except IllegalSchedule as err:
         return "illegal", str(err), None
     try:
         native = NativeKernel(schedule, target)
     except Exception as err:  # a build failure is a result of the candidate
         return "build", f"{type(err).__name__}: {err}", None
+    return _verify(native, task, config)
+
+
+def _load(
+    task: tuple, target: Target, config: MeasureConfig, part: Any, params: tuple, kernel: Kernel
+) -> tuple:
+    """Load a candidate the cluster built from `kernel` (the task's, rewritten by its
+    trace), then verify it as `_build` does."""
+    from .cluster import PrebuiltKernel
+
+    try:
+        native = PrebuiltKernel(kernel, part, params, target)
+    except Exception as err:  # machine code that does not load is a build failure
+        return "build", f"{type(err).__name__}: {err}", None
+    return _verify(native, task, config)
+
+
+def _verify(native: Any, task: tuple, config: MeasureConfig) -> tuple:
+    _, inputs, expected = task
     try:
         buffers = native.buffers(inputs)
         native.run_on(buffers)
@@ -143,10 +182,8 @@ def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> t
     return None, "", (native, buffers)
 
 
-def _build_and_keep(
-    held: dict, job: int, trace: list, task: tuple, target: Target, config: MeasureConfig
-) -> tuple:
-    error, message, built = _build(task, target, config, trace)
+def _keep(held: dict, job: int, result: tuple) -> tuple:
+    error, message, built = result
     if built is not None:
         held[job] = built
     return error, message, ()
@@ -163,8 +200,9 @@ def _time_built(built: tuple[Any, dict], config: MeasureConfig) -> tuple:
 
 def _worker(conn: Connection) -> None:
     """Serve: ('init', target, config) first; ('task', kernel, inputs, expected) sets the
-    task (answer ('ok',)); ('build', job, trace) builds and keeps a candidate, ('time',
-    job) times and drops it, each answering (error, message, latencies, (start, end))."""
+    task (answer ('ok',)); ('build', job, trace) builds and keeps a candidate, ('load',
+    job, part, params) loads one built on the cluster and keeps it, ('time', job) times and
+    drops it, each answering (error, message, latencies, (start, end))."""
     _, target, config = conn.recv()
     task: tuple = (None, None, None)
     held: dict[int, tuple[Any, dict]] = {}
@@ -181,7 +219,9 @@ def _worker(conn: Connection) -> None:
             continue
         start = time.time()
         if kind == "build":
-            answer = _build_and_keep(held, *args, task, target, config)
+            answer = _keep(held, args[0], _build(task, target, config, args[1]))
+        elif kind == "load":
+            answer = _keep(held, args[0], _load(task, target, config, *args[1:]))
         else:
             answer = _time_built(held.pop(args[0]), config)
         conn.send((*answer, (start, time.time())))
@@ -230,11 +270,18 @@ class _Worker:
 
 
 class Measurer:
-    """`config.workers` worker processes measuring the candidates of one task at a time."""
+    """`config.workers` worker processes measuring the candidates of one task at a time
+    (built on the Dask cluster of `config.scheduler` when it names one: the scheduler is
+    reached here, an InputError naming it when it cannot be)."""
 
     def __init__(self, target: Target, config: MeasureConfig | None = None) -> None:
         self.target = target
         self.config = config or MeasureConfig()
+        self._remote: RemoteBuilder | None = None
+        if self.config.scheduler is not None:
+            from .cluster import RemoteBuilder
+
+            self._remote = RemoteBuilder(self.config.scheduler, target, self.config.timeout)
         self._workers: list[_Worker | None] = [None] * self.config.workers
         self._task: tuple[Kernel, dict, dict] | None = None
         #: the caller's key of the task the workers hold (set_task is skipped when equal)
@@ -271,7 +318,13 @@ class Measurer:
         return worker
 
     def close(self) -> None:
-        """Stop every worker."""
+        """Stop every worker (and leave the cluster)."""
+        self._stop_workers()
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+
+    def _stop_workers(self) -> None:
         workers = [w for w in self._workers if w is not None]
         for worker in workers:
             worker.send(("stop",))
@@ -287,6 +340,8 @@ class Measurer:
 
     def set_task(self, kernel: Kernel, inputs: dict, expected: dict) -> None:
         self._task = (kernel, inputs, expected)
+        if self._remote is not None:
+            self._remote.set_task(kernel)
         self._start(range(self.config.workers), resend=True)
 
     # --- measuring --------------------------------------------------------------------
@@ -298,13 +353,20 @@ class Measurer:
         replies: dict[int, _Reply] = {}
         # one worker gains nothing from holding candidates: it times each once built
         size = 1 if self.config.workers == 1 else self.config.workers * HOLD_PER_WORKER
+        if self._remote is not None:
+            self._remote.submit(dict(enumerate(traces)))
         try:
             for first in range(0, len(traces), size):
                 chunk = range(first, min(first + size, len(traces)))
                 self._measure_chunk(chunk, traces, replies)
         except BaseException:  # a busy worker's late answer must not reach the next batch
-            self.close()
+            self._stop_workers()
             raise
+        finally:
+            if self._remote is not None:
+                built = sorted(self._remote.results.items())
+                self.spans += [Span("remote", j, *r.span) for j, r in built if r.span]
+                self._remote.cancel()
         return [self._record(workload, t, replies[j], seed) for j, t in enumerate(traces)]
 
     def _measure_chunk(self, jobs: Iterable[int], traces: Sequence, replies: dict) -> None:
@@ -320,18 +382,25 @@ class Measurer:
             todo = lost
 
     def _build_all(self, jobs: list[int], traces: Sequence, replies: dict) -> dict:
-        """Phase 1: replay, build and verify on all workers at once. Failures are settled
-        in `replies`; returns job → the worker holding the built candidate."""
-        queue, held = deque(jobs), {}
+        """Phase 1: replay, build and verify on all workers at once (with a cluster: load
+        and verify each candidate it built as soon as it arrives). Failures are settled in
+        `replies`; returns job → the worker holding the built candidate."""
+        waiting, queue, held = list(jobs), deque[tuple[int, tuple]](), {}
         busy: dict[int, tuple[_Worker, int, float]] = {}  # slot → (worker, job, deadline)
-        while queue or busy:
+        while waiting or queue or busy:
+            waiting = self._arrived(waiting, traces, queue, replies)
             for slot in range(self.config.workers):
                 if queue and slot not in busy:
-                    job, worker = queue.popleft(), self._live(slot)
-                    worker.send(("build", job, traces[job]))
+                    (job, message), worker = queue.popleft(), self._live(slot)
+                    worker.send(message)
                     busy[slot] = (worker, job, time.monotonic() + self.config.timeout)
+            if not busy:
+                if waiting and self._remote is not None:
+                    self._remote.wait()
+                continue
             first_deadline = min(deadline for _, _, deadline in busy.values())
-            wait([w.conn for w, _, _ in busy.values()], first_deadline - time.monotonic())
+            timeout = first_deadline - time.monotonic()
+            wait([w.conn for w, _, _ in busy.values()], min(timeout, POLL) if waiting else timeout)
             for slot, (worker, job, deadline) in list(busy.items()):
                 if not worker.conn.poll(0) and time.monotonic() < deadline:
                     continue
@@ -343,11 +412,38 @@ class Measurer:
                     replies[job] = reply
         return held
 
+    def _arrived(
+        self, waiting: list[int], traces: Sequence, queue: deque, replies: dict
+    ) -> list[int]:
+        """Queue a message for a worker for each job of `waiting` that can go: at once
+        here; with a cluster, once it built the job (a failed build settles it in
+        `replies`). Returns the jobs still waiting."""
+        if self._remote is None:
+            queue.extend((job, ("build", job, traces[job])) for job in waiting)
+            return []
+        self._remote.pump()
+        still = []
+        for job in waiting:
+            built = self._remote.results.get(job)
+            if built is None:
+                still.append(job)
+            elif built.error is not None:
+                replies[job] = _Reply(built.error, built.message)
+            else:
+                queue.append((job, ("load", job, built.part, built.params, built.kernel)))
+        return still
+
     def _time_all(self, held: dict[int, _Worker], replies: dict) -> list[int]:
         """Phase 2: time the built candidates one at a time, in input order, while every
-        other worker is idle. Returns the jobs whose holder died before timing them."""
+        other worker is idle (and the cluster, if it has a worker on this host). Returns the
+        jobs whose holder died before timing them."""
+        remote = self._remote
+        if remote is not None and remote.colocated:
+            remote.drain()
         lost = []
         for job in sorted(held):
+            if remote is not None and not remote.colocated:
+                remote.pump()
             worker = held[job]
             if not worker.alive():
                 lost.append(job)

@@ -10,13 +10,18 @@ into blocked layouts; and, when the output has little parallelism (fewer than tw
 vectors per thread), rfactor of the longest reduction loop so that its partial results
 fill vectors. A candidate is the sketch with its *decisions* (which loop is
 vectorized and how wide, up to two register-blocked loops, reduction tile, outer tile,
-where the epilogue goes, unroll, how many outer loops run in parallel), sampled at
+where the epilogue goes, unroll, how many outer loops run in parallel, and for each
+elementwise / injective statement writing a temporary whether it is inlined into its
+readers — recomputed there — or materialized, `inline:<statement>`), sampled at
 random with a structural hint (the conv plan of `poly.default`: channels in vectors,
 rows in registers) or mutated from a parent; building it applies the transformations,
 each checked by the poly layer, and records the trace. A decision that would be illegal
 is dropped (that step is skipped), so every candidate is a legal, replayable trace
 before anything is measured. `default_decisions` is the sketch's version of the default
-schedule: the evolutionary search starts from it.
+schedule (nothing inlined): the evolutionary search starts from it.
+
+Inlining rewrites the kernel, so its steps come first in the trace (after rfactor, which
+must be first): the loops of the statements that remain keep their names.
 """
 
 from __future__ import annotations
@@ -32,15 +37,18 @@ from polytile.poly import transform as T
 from polytile.poly.default import (
     DefaultConfig,
     cache_tiles,
+    chained_epilogue,
     conv_plan,
     epilogue,
     gemm_block,
     main_statement,
     moving_reductions,
+    pack_weights,
     parallelize_outer,
     vectorize_innermost,
 )
 from polytile.poly.expr import loads
+from polytile.poly.inline import inline, inline_statement
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.rfactor import rfactor
 from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
@@ -57,6 +65,8 @@ RFACTORS = (8, 16, 32, 64)
 MAX_BLOCK = 16
 #: probability that a sample follows the kernel's structural hint
 HINT = 0.7
+#: the decision key of inlining a statement
+INLINE = "inline:"
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,8 @@ class SearchSpace:
         self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
         #: the longest reduction loop, rfactored when the output has little parallelism
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
+        #: statements that may be inlined (one per temporary: the first of its writers)
+        self.inlinable = _inlinable(kernel)
         self._choices = self._make_choices()
         self._default = self._make_default()
 
@@ -133,6 +145,7 @@ class SearchSpace:
             "unroll": (True, False),
             "parallel_depth": (None, 1, 2, 3),
             "rfactor": (0, *long) if little else (0,),
+            **{f"{INLINE}{s}": (False, True) for s in self.inlinable},
         }
 
     def choices(self) -> dict[str, tuple[Any, ...]]:
@@ -171,6 +184,7 @@ class SearchSpace:
         return dict(self._default)
 
     def _make_default(self) -> Decisions:
+        chained = chained_epilogue(self.kernel, self.main)
         d: Decisions = {
             "vec_loop": self.spatial[-1] if self.spatial else None,
             "vec": self.lanes,
@@ -188,6 +202,7 @@ class SearchSpace:
             "unroll": True,
             "parallel_depth": None,
             "rfactor": 0,
+            **{f"{INLINE}{s}": s in chained for s in self.inlinable},
         }
         if self.plan is not None:
             d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
@@ -222,10 +237,12 @@ class SearchSpace:
             dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
             factored = _try(schedule, lambda s: rfactor(s, main.name, dim, factor))
             if factored is not schedule:  # partial results in vectors, then combined
+                factored = self._inline(factored, decisions)
                 for node in list(factored.body):
                     if isinstance(node, Loop):
                         factored = self._simple(factored, node.name, decisions)
                 return Candidate(dict(decisions), factored)
+        schedule = self._inline(schedule, decisions)
         if main.reduction and self.spatial:
             schedule = self._reduction(schedule, decisions)
         done = set()
@@ -238,6 +255,14 @@ class SearchSpace:
         if not main.reduction or not self.spatial:
             schedule = self._simple_main(schedule, decisions)
         return Candidate(dict(decisions), schedule)
+
+    def _inline(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
+        """The chosen statements inlined, in program order (an inline that a previous one
+        made illegal is skipped)."""
+        for stmt in self.inlinable:
+            if d.get(f"{INLINE}{stmt}", False):
+                schedule = _try(schedule, lambda s, st=stmt: inline_statement(s, st))
+        return schedule
 
     def _split(self, schedule: Schedule, loop: str, factor: int) -> tuple[Schedule, list[str]]:
         if factor < 2 or T.loop_extent(schedule, loop) <= factor:
@@ -267,7 +292,17 @@ class SearchSpace:
         vec_inner: list[str] = []
         if vec_loop is not None:
             if d["pack"]:
-                schedule = self._pack(schedule, self.dim_of[vec_loop], d["vec"])
+                block_loop = d["block_loop"]
+                blocked = (
+                    block_loop in self.spatial
+                    and block_loop != vec_loop
+                    and 2 <= d["block"] < self.extent[block_loop]
+                )
+                packs = (
+                    (self.dim_of[vec_loop], d["vec"]),
+                    (self.dim_of[block_loop] if blocked else None, d["block"]),
+                )
+                schedule = pack_weights(schedule, main.name, packs)
             schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, d["vec"])
         for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
             loop = d[which]
@@ -310,7 +345,7 @@ class SearchSpace:
         if spatial_outer:
             depth = min(d["epilogue_depth"], len(spatial_outer) - 1)
             tile = spatial_outer[len(spatial_outer) - 1 - depth]
-            for stmt in self._epilogue():
+            for stmt in self._epilogue(schedule.kernel):
                 schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
         if vec_inner:
             schedule = _try(schedule, lambda s: T.vectorize(s, vec_inner[-1]))
@@ -318,7 +353,7 @@ class SearchSpace:
             for part in (blocks["block_loop"], blocks["block2_loop"]):
                 if part:
                     schedule = _try(schedule, lambda s, n=part[0]: T.unroll(s, n))
-        for stmt in self._epilogue():
+        for stmt in self._epilogue(schedule.kernel):
             schedule = vectorize_innermost(schedule, stmt, self.lanes)
         init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
         if init is not None:
@@ -326,21 +361,9 @@ class SearchSpace:
         stop = set(self.spatial) if self.padded else set()
         return self._parallel(schedule, main.name, d["parallel_depth"], stop)
 
-    def _pack(self, schedule: Schedule, dim: str, factor: int) -> Schedule:
-        for ld in loads(self.main.expr):
-            t = schedule.kernel.tensors.get(ld.tensor)
-            if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
-                continue
-            if dim in ld.index:
-                axis = ld.index.index(dim)
-                if t.shape[axis] >= 2 * factor:
-                    schedule = _try(
-                        schedule, lambda s, n=ld.tensor, a=axis: T.pack(s, n, a, factor)
-                    )
-        return schedule
-
-    def _epilogue(self) -> list[str]:
-        return epilogue(self.kernel, self.main)
+    def _epilogue(self, kernel: Kernel) -> list[str]:
+        """The epilogue of the main statement in `kernel` (which inlining may shorten)."""
+        return epilogue(kernel, kernel.statement[self.main.name])
 
     def _parallel(
         self, schedule: Schedule, stmt: str, depth: int | None, stop: set[str] | None = None
@@ -359,3 +382,19 @@ class SearchSpace:
         if loops and not any(lp.annotation for lp in loops):
             return self._simple(schedule, loops[0].name, d)
         return schedule
+
+
+def _inlinable(kernel: Kernel) -> tuple[str, ...]:
+    """The first writer of each temporary that `poly.inline` accepts (a trial run)."""
+    found = []
+    seen: set[str] = set()
+    for s in kernel.statements:
+        if s.tensor in seen or kernel.tensors[s.tensor].role is not Role.TEMP:
+            continue
+        seen.add(s.tensor)
+        try:
+            inline(kernel, s.name)
+        except IllegalSchedule:
+            continue
+        found.append(s.name)
+    return tuple(found)

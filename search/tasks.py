@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import ModelSource
 from polytile.poly.canonical import canonicalize
+from polytile.poly.flatten import flatten_planes
 from polytile.poly.kernel import Kernel
 from polytile.poly.lower import lower
 
@@ -32,7 +33,7 @@ def extract_tasks(
     graph = optimize(graph)
     found: dict[str, Task] = {}
     for group in partition(graph).groups:
-        kernel, _ = canonicalize(lower(graph, group))
+        kernel, _ = canonicalize(flatten_planes(lower(graph, group)))
         key = kernel.workload_key()
         if key in found:
             t = found[key]

@@ -101,6 +101,15 @@ def test_compile_then_run_a_saved_model(tmp_path: Path, capsys) -> None:
         np.testing.assert_array_equal(data["y"], np.maximum(x, 0))
 
 
+def test_run_profiles_the_kernel_calls(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "relu.onnx")
+    assert cli.main(["run", str(path), "--profile", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "profile: 1 kernel calls" in text and "_Relu" in text
+    assert cli.main(["run", str(path), "--profile", "-1"]) == cli.EXIT_BAD_INPUT
+    assert "repeat must be at least 1" in capsys.readouterr().err
+
+
 def test_bench_compares_with_onnxruntime(tmp_path: Path, capsys) -> None:
     path = write_model(tmp_path / "tanh.onnx", op="Tanh", shape=[4, 37])
     assert cli.main(["bench", str(path), "--repeat", "3", "--threads", "1"]) == 0
@@ -115,6 +124,29 @@ def test_compile_zoo_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caps
     assert (out / "mlp.ptm" / "manifest.json").exists()
     assert cli.main(["compile", "--zoo", "nosuch", "-o", str(out)]) == cli.EXIT_BAD_INPUT
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_a_model_failing_in_a_zoo_batch_spares_the_others(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+) -> None:
+    from polytile.errors import ShapeError
+    from polytile.search import cluster
+
+    compile_one = cluster._compile
+
+    def failing(source: object, *args: object) -> object:
+        if source == "transformer":
+            raise ShapeError("input 'x' is dynamic")
+        return compile_one(source, *args)
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cluster, "_compile", failing)
+    out = tmp_path / "compiled"
+    assert cli.main(["compile", "--zoo", "transformer,mlp", "-o", str(out)]) == cli.EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert "polytile: error: model 'transformer': input 'x' is dynamic" in captured.err
+    assert "saved 1 of 2 models" in captured.out
+    assert (out / "mlp.ptm" / "manifest.json").exists() and not (out / "transformer.ptm").exists()
 
 
 def test_run_errors_name_the_input(tmp_path: Path, capsys) -> None:

@@ -110,15 +110,17 @@ def _window_taps(
     lows: Sequence[int] | None = None,
     highs: Sequence[int] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
-    """Input index `o*s + k*d - p` of each spatial axis of a sliding window and, per axis,
-    the domain constraints keeping it inside the input (or inside [lows, highs))."""
+    """Input index `o*s + k*d - p` of each spatial axis of a sliding window (`o*s - p` where
+    the window is one tap wide, so a 1×1 window reads bare output positions) and, per
+    axis, the domain constraints keeping it inside the input (or inside [lows, highs))."""
     n = len(spatial)
     lows = [0] * n if lows is None else lows
     highs = spatial if highs is None else highs
     index, where = [], []
     for i in range(n):
         s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        pos = affine_text([(s, out_dims[i]), (d, taps[i])], -p)
+        tap = [(d, taps[i])] if window.kernel[i] > 1 else []
+        pos = affine_text([(s, out_dims[i]), *tap], -p)
         index.append(pos)
         highest = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d - p
         where.append(_within(pos, lows[i], highs[i], -p, highest))
@@ -177,8 +179,11 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     spatial, bounds = _window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
     x_index = ("n", channel, *spatial)
-    taps = (("c", *k), (per_group_in, *w.shape[2:]))
-    return _convolution_sum(ctx, out, out_dims, x_index, ("m", "c", *k), taps, where)
+    # a one-tap axis has no tap loop: its weight index is 0
+    wide = [i for i in range(rank) if w.shape[2 + i] > 1]
+    w_index = ("m", "c", *(k[i] if i in wide else "0" for i in range(rank)))
+    taps = (("c", *(k[i] for i in wide)), (per_group_in, *(w.shape[2 + i] for i in wide)))
+    return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
 
 
 @lowering("ConvTranspose")

@@ -218,6 +218,27 @@ def test_benchmark_reports_each_repeat(block) -> None:
         compiled.benchmark(repeat=0)
 
 
+def test_profile_times_every_call_and_gives_the_outputs(block) -> None:
+    """The calls made one by one from Python bind the same buffers as the entry function:
+    the profiled run's outputs are the model's."""
+    model, compiled = block
+    x = RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)
+    profile = compiled.profile({"x": x}, repeat=3)
+    assert [c.function for c in profile.calls] == [c.function for c in compiled.manifest.calls]
+    assert [c.index for c in profile.calls] == list(range(len(compiled.manifest.calls)))
+    assert all(c.seconds > 0 for c in profile.calls)
+    assert profile.total == pytest.approx(sum(c.seconds for c in profile.calls))
+    (want,) = compiled.run({"x": x})
+    (got,) = profile.outputs
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="repeat"):
+        compiled.profile({"x": x}, repeat=0)
+    with pytest.raises(InputError, match="'x' is missing"):
+        compiled.profile({}, repeat=1)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

@@ -144,6 +144,26 @@ def test_trace_roundtrip_and_hash() -> None:
         T.replay(kernel, [{"kind": "teleport", "args": {}}])
 
 
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ("split i by 4", "must be an object with a 'kind'"),
+        ({"args": {"loop": "i"}}, "must be an object with a 'kind'"),
+        ({"kind": "unroll", "args": ["i"]}, "'args' must be an object"),
+        ({"kind": "split", "args": {"loop": "i"}}, "lacks its argument 'factors'"),
+        ({"kind": "split", "args": {"loop": "i", "factors": "4"}}, "must be a list of integers"),
+        ({"kind": "split", "args": {"loop": 0, "factors": [None, 4]}}, "'loop' must be a name"),
+        ({"kind": "pack", "args": {"tensor": "B", "axis": 1.5, "factor": 4}}, "an integer"),
+        ({"kind": "unroll", "args": {"loop": "i", "depth": 2}}, "unknown argument"),
+    ],
+)
+def test_malformed_steps_are_illegal_and_named(step: object, message: str) -> None:
+    """A trace edited by hand or from another version fails replay with the legality
+    error naming the step, which the search records as illegal (not a crash)."""
+    with pytest.raises(IllegalSchedule, match=message):
+        T.replay(mm_relu(8, 8, 8), [step])  # type: ignore[list-item]
+
+
 @pytest.mark.parametrize("build", [mm_relu, softmax_rows, stencil, prefix_sum])
 def test_default_schedule_is_legal_and_equivalent(build) -> None:
     schedule = default_schedule(build())
@@ -207,3 +227,17 @@ def test_default_schedule_packs_weights() -> None:
     np.testing.assert_allclose(
         run_schedule(schedule, inputs)["C"], run_program_order(kernel, inputs)["C"], rtol=1e-5
     )
+
+
+def test_an_ast_past_the_operation_limit_is_illegal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """isl's AST generator can take minutes on some tilings; past its operation budget a
+    schedule is illegal (the search skips it), and the budget does not outlive the call."""
+    import polytile.poly.ast as A
+
+    schedule = default_schedule(mm_relu(64, 64, 32))
+    monkeypatch.setattr(A, "AST_OPERATIONS", 50)
+    with pytest.raises(IllegalSchedule, match="AST generator gave up"):
+        A.build_ast(schedule)
+    monkeypatch.undo()
+    assert A.build_ast(schedule) is not None
+    assert_equivalent(schedule)

@@ -3,15 +3,17 @@ kernel's result (checked with the AST interpreter), for several kernel kinds."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Role
+from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
 from polytile.poly.transform import replay
 from polytile.search.space import SearchSpace
@@ -28,7 +30,37 @@ KERNELS = {
     ),
     "softmax": kernel_from_node(helper.make_node("Softmax", ["x"], ["y"]), {"x": (3, 11)}),
     "elementwise": kernel("Y[i, j] = exp(A[i, j]) * 2", A=(5, 21)),
+    "chain": kernel(
+        "T[i, j] = A[j, i] - 1", "U[i, j] = exp(T[i, j])", "Y[i, j] = U[i, j] * 2", A=(9, 6)
+    ),
 }
+
+
+def _pad_conv(channels: int, shape: tuple[int, ...]) -> object:
+    """ReLU → Pad (in two pieces: interior and border) → 3×3 conv: a prologue of two
+    inlinable temporaries."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Pad", ["r", "pads"], ["p"]),
+        helper.make_node("Conv", ["p", "w"], ["y"]),
+    ]
+    constants = {
+        "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64),
+        "w": RNG.standard_normal((channels, shape[1], 3, 3)).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "pad_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()],
+    )
+    return kernel_from_node(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+PAD_CONV = _pad_conv(32, (1, 4, 5, 6))
+SMALL_PAD_CONV = _pad_conv(8, (1, 2, 4, 5))
+KERNELS["pad_conv"] = SMALL_PAD_CONV
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -74,8 +106,35 @@ MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 96), B=(96, 128))
 BIG_MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 512), B=(512, 512))
 
 
+ELEMENTWISE = kernel("Y[i, j] = max(X[i, j] * 2 + 1, 0)", X=(64, 3025))
+
+
+def _conv1x1_add_relu() -> Kernel:
+    """A flattened 1×1 conv with a shortcut Add and a ReLU: the matrix-product plan, and
+    its epilogue chain inlined into one statement."""
+    w = RNG.standard_normal((32, 16, 1, 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Add", ["c", "r"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "conv1x1",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 8, 8)),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, (1, 32, 8, 8)),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return flatten_planes(kernel_from_node(model))
+
+
 @pytest.mark.parametrize(
-    "k", [CONV, MATMUL, BIG_MATMUL, KERNELS["softmax"]], ids=["conv", "mm", "cached-mm", "sm"]
+    "k",
+    [CONV, MATMUL, BIG_MATMUL, KERNELS["softmax"], PAD_CONV, ELEMENTWISE, _conv1x1_add_relu()],
+    ids=["conv", "mm", "cached-mm", "sm", "pad-conv", "elementwise", "conv1x1-add"],
 )
 def test_default_decisions_build_the_default_schedule(k: object) -> None:
     from polytile.poly.default import DefaultConfig, default_schedule
@@ -136,3 +195,44 @@ def test_decisions_of_an_older_space_are_completed() -> None:
     assert (d["vec"], d["block"]) == (8, 3)  # kept
     assert d["otile"] == space.default_decisions()["otile"]  # not an option any more
     assert space.build(d).trace  # buildable
+
+
+def test_inlining_is_sampled_and_replays_from_json() -> None:
+    space = SearchSpace(SMALL_PAD_CONV, lanes=8)
+    keys = [k for k in space.choices() if k.startswith("inline:")]
+    assert len(keys) == 2  # the ReLU and the Pad (its interior and border together)
+    assert not any(space.default_decisions()[k] for k in keys)  # default: materialized
+    x = RNG.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    want = run_program_order(SMALL_PAD_CONV, {"x": x})["y"]
+    rng = random.Random(1)
+    seen = set()
+    for _ in range(8):
+        decisions = space.sample(rng)
+        candidate = space.build(json.loads(json.dumps(decisions)))
+        chosen = [k.removeprefix("inline:") for k in keys if decisions[k]]
+        inlined = [s["args"]["stmt"] for s in candidate.trace if s["kind"] == "inline"]
+        assert inlined == chosen
+        assert [s["kind"] for s in candidate.trace[: len(inlined)]] == ["inline"] * len(inlined)
+        replayed = replay(SMALL_PAD_CONV, json.loads(json.dumps(candidate.trace)))
+        assert replayed.body == candidate.schedule.body
+        assert replayed.kernel.workload_key() == candidate.schedule.kernel.workload_key()
+        got = run_schedule(replayed, {"x": x})["y"]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        seen.add(tuple(chosen))
+    assert len(seen) >= 3  # none, one and both among the samples
+    mutated = {
+        space.mutate(space.default_decisions(), random.Random(s))[keys[0]] for s in range(60)
+    }
+    assert mutated == {False, True}
+
+
+def test_decisions_without_inlining_complete_to_materialized() -> None:
+    space = SearchSpace(PAD_CONV, lanes=8)
+    old = {k: v for k, v in space.default_decisions().items() if not k.startswith("inline:")}
+    d = space.complete({**old, "inline:gone": True})
+    assert d == space.default_decisions()
+    pad = next(k for k in space.choices() if k.startswith("inline:Pad"))
+    d = space.complete(json.loads(json.dumps({**old, pad: True})))
+    assert d[pad] is True
+    assert any(s["kind"] == "inline" for s in space.build(d).trace)

@@ -1,0 +1,122 @@
+"""Flattening whole planes: when a kernel's statements touch the two trailing axes of some
+tensors only as whole, bare planes (`X[n, c, h, w]` for every h < H and w < W), they may
+read those tensors as `X[n, c, h_w]` with `h_w = h*W + w` and walk one loop instead of two.
+
+Memory is unchanged (row-major order is the same), so the compiled model binds the same
+bytes; what changes is what the scheduler sees. A 1×1 convolution becomes the matrix
+product it is (`Y[m, p] = Σ_c W[m, c] X[c, p]`), whose contiguous axis is the whole image
+rather than one row of it: vectors and register tiles stay full on 7×7 and 14×14 images,
+and an epilogue fused into the tile streams along rows instead of striding across channel
+planes. A pooling over whole planes becomes a reduction along one contiguous axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import isl_helpers as ih
+from .expr import Expr, Iter, Load, rewrite, walk
+from .kernel import Kernel, Statement, Tensor, mentions
+
+
+def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:
+    """Every (tensor, index) the statement writes or reads."""
+    found: list[tuple[str, tuple[str | Expr, ...]]] = [(s.tensor, s.index)]
+    found += [(e.tensor, e.index) for e in walk(s.expr) if isinstance(e, Load)]
+    return found
+
+
+def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> tuple[str, str] | None:
+    """The statement's pair of dims walking the trailing axes of the tensors of `flat` it
+    touches, when it touches them only that way (else None: none of them may flatten)."""
+    accesses = _accesses(s)
+    pairs = {index[-2:] for tensor, index in accesses if tensor in flat}
+    if len(pairs) != 1:
+        return None
+    a, b = next(iter(pairs))
+    if not (isinstance(a, str) and isinstance(b, str)) or a == b:
+        return None
+    if a not in s.dims or b not in s.dims:
+        return None
+    for tensor, index in accesses:
+        rest = index[:-2] if tensor in flat else index
+        for entry in rest:
+            if not isinstance(entry, str) or mentions(entry, a) or mentions(entry, b):
+                return None
+    if any(isinstance(e, Iter) and e.name in (a, b) for e in walk(s.expr)):
+        return None
+    extents = ih.separable_box(s.domain_set(), [s.dims.index(a), s.dims.index(b)])
+    if extents is None:
+        return None
+    if any(kernel.tensors[t].shape[-2:] != tuple(extents) for t, _ in accesses if t in flat):
+        return None
+    return a, b
+
+
+def flatten_planes(kernel: Kernel) -> Kernel:
+    """The kernel with every tensor of rank ≥ 3 that all its statements touch as whole
+    bare planes merged along its two trailing axes (the kernel itself when none is)."""
+    flat = {t.name for t in kernel.tensors.values() if len(t.shape) >= 3}
+    for s in kernel.statements:  # a tensor not indexed by two bare dims at the end stays
+        for tensor, index in _accesses(s):
+            pair = index[-2:]
+            if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(s.dims):
+                flat.discard(tensor)
+    planes: dict[str, tuple[str, str]] = {}
+    changed = True
+    while changed and flat:  # a statement that cannot flatten pins every tensor it touches
+        changed = False
+        planes = {}
+        for s in kernel.statements:
+            touched = {t for t, _ in _accesses(s)} & flat
+            if not touched:
+                continue
+            pair = _plane(kernel, s, flat)
+            if pair is None:
+                flat -= touched
+                changed = True
+                break
+            planes[s.name] = pair
+    if not flat:
+        return kernel
+    tensors = {name: _flat_tensor(t) if name in flat else t for name, t in kernel.tensors.items()}
+    statements = tuple(
+        _flat_statement(s, planes[s.name], flat) if s.name in planes else s
+        for s in kernel.statements
+    )
+    return Kernel(kernel.name, tensors, statements)
+
+
+def _flat_tensor(t: Tensor) -> Tensor:
+    shape = (*t.shape[:-2], t.shape[-2] * t.shape[-1])
+    value = t.value.reshape(shape) if t.value is not None else None
+    return replace(t, shape=shape, value=value)
+
+
+def _flat_statement(s: Statement, pair: tuple[str, str], flat: set[str]) -> Statement:
+    a, b = pair
+    merged = f"{a}_{b}"
+    while merged in s.dims:
+        merged = f"_{merged}"
+    first, second = s.dims.index(a), s.dims.index(b)
+    domain = s.domain_set()
+    extents = ih.separable_box(domain, [first, second])
+    assert extents is not None  # checked by _plane
+    new_domain = ih.merge_dims(domain, first, second, merged, extents[0] * extents[1])
+    dims = tuple(merged if d == a else d for d in s.dims if d != b)
+
+    def index(tensor: str, old: tuple[str | Expr, ...]) -> tuple[str | Expr, ...]:
+        return (*old[:-2], merged) if tensor in flat else old
+
+    def load(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.tensor in flat:
+            return Load(e.tensor, index(e.tensor, e.index), e.dtype)
+        return None
+
+    return replace(
+        s,
+        dims=dims,
+        domain=str(new_domain),
+        index=tuple(str(i) for i in index(s.tensor, s.index)),
+        expr=rewrite(s.expr, load),
+    )

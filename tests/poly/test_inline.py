@@ -1,0 +1,248 @@
+"""Inlining of elementwise / injective producers: the inlined kernel computes what numpy
+and the materialized kernel compute (in program order, under the AST interpreter and as
+native code), its step replays from JSON, and illegal requests name the statement."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from polytile.codegen.native import NativeKernel
+from polytile.errors import IllegalSchedule
+from polytile.poly import transform as T
+from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.expr import Select, loads, walk
+from polytile.poly.inline import inline, inline_statement
+from polytile.poly.interp import run_schedule
+from polytile.poly.kernel import Kernel, Role, Tensor
+from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import initial_schedule
+
+RNG = np.random.default_rng(0)
+
+
+def model(nodes: list, inputs: dict, constants: dict) -> onnx.ModelProto:
+    """A float32 model of `nodes` whose last node's output is the graph output."""
+    graph = helper.make_graph(
+        nodes,
+        "inline",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A valid (unpadded) NCHW convolution with stride 1, in float64."""
+    kh, kw = w.shape[2:]
+    oh, ow = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (kh, kw), (2, 3))
+    assert windows.shape[2:4] == (oh, ow)
+    return np.einsum("nchwij,mcij->nmhw", windows, w.astype(np.float64))
+
+
+def producers(k: Kernel, tensor: str) -> list[str]:
+    return [s.name for s in k.statements if s.tensor == tensor]
+
+
+def check(original: Kernel, inlined: Kernel, inputs: dict, want: np.ndarray) -> None:
+    """The inlined kernel against numpy and the materialized kernel: in program order, under
+    the interpreter (its default schedule) and natively; shape and dtype before values."""
+    (out,) = [t.name for t in original.outputs()]
+    materialized = run_program_order(original, inputs)[out]
+    schedule = default_schedule(inlined, DefaultConfig(vector_width=8))
+    runs = {
+        "program order": run_program_order(inlined, inputs)[out],
+        "interpreter": run_schedule(schedule, inputs, order="shuffle")[out],
+        "native": NativeKernel(schedule)(inputs)[out],
+        "native materialized": NativeKernel(default_schedule(original))(inputs)[out],
+    }
+    for name, got in runs.items():
+        assert got.shape == want.shape, name
+        assert got.dtype == np.float32, name
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+    np.testing.assert_array_equal(runs["program order"], materialized)
+
+
+def pad_conv(value: float) -> tuple[Kernel, dict, np.ndarray, np.ndarray]:
+    x = RNG.standard_normal((1, 3, 6, 7)).astype(np.float32)
+    w = RNG.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    pads = np.array([0, 0, 1, 2, 0, 0, 1, 0], dtype=np.int64)  # top 1, left 2, bottom 1
+    constants = {"pads": pads, "w": w, "v": np.array(value, dtype=np.float32)}
+    nodes = [
+        helper.make_node("Pad", ["x", "pads", "v"], ["p"]),
+        helper.make_node("Conv", ["p", "w"], ["y"]),
+    ]
+    k = kernel_from_node(model(nodes, {"x": x.shape}, constants))
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 0)), constant_values=value)
+    return k, {"x": x}, w, padded
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_pad_into_conv(value: float) -> None:
+    k, inputs, w, padded = pad_conv(value)
+    pieces = producers(k, "p")
+    assert len(pieces) == 2  # the interior copy and the border
+    inlined = inline(k, pieces[0])
+    assert "p" not in inlined.tensors
+    assert not set(pieces) & set(inlined.statement)
+    (conv,) = [s for s in inlined.statements if s.reduction]
+    assert any(isinstance(e, Select) for e in walk(conv.expr))
+    assert {ld.tensor for ld in loads(conv.expr)} >= {"x"}
+    check(k, inlined, inputs, conv2d(padded, w))
+
+
+def test_pad_into_conv_gives_the_pad_value_at_the_border() -> None:
+    """A weight that picks the window's top-left tap copies the padded input: the border
+    rows and columns hold exactly the pad value, the rest exactly x."""
+    k, inputs, _, padded = pad_conv(2.5)
+    delta = np.zeros((8, 3, 3, 3), dtype=np.float32)
+    delta[:, 0, 0, 0] = 1.0
+    weight = next(t.name for t in k.tensors.values() if t.source == "w")
+    tensors = dict(k.tensors)
+    tensors[weight] = Tensor(weight, delta.shape, "float32", Role.CONSTANT, delta, source="w")
+    k = Kernel(k.name, tensors, k.statements)
+    inlined = inline(k, producers(k, "p")[0])
+    got = NativeKernel(default_schedule(inlined))(inputs)["y"]
+    assert got.shape == (1, 8, 6, 7) and got.dtype == np.float32
+    np.testing.assert_array_equal(got[:, :, 0, :], 2.5)
+    np.testing.assert_array_equal(got[:, :, :, :2], 2.5)
+    np.testing.assert_array_equal(got, np.repeat(padded[:, :1, :6, :7], 8, axis=1))
+
+
+def test_transpose_into_matmul() -> None:
+    a = RNG.standard_normal((6, 5)).astype(np.float32)
+    b = RNG.standard_normal((6, 7)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]),
+        helper.make_node("MatMul", ["at", "b"], ["y"]),
+    ]
+    k = kernel_from_node(model(nodes, {"a": a.shape}, {"b": b}))
+    inlined = inline(k, producers(k, "at")[0])
+    (mm,) = [s for s in inlined.statements if s.reduction]
+    assert [ld.tensor for ld in loads(mm.expr)] == ["a", "b"]
+    assert not any(isinstance(e, Select) for e in walk(mm.expr))  # one piece: no guard
+    check(k, inlined, {"a": a}, (a.T.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_sub_mul_chain_into_matmul() -> None:
+    a = RNG.standard_normal((5, 9)).astype(np.float32)
+    mean = RNG.standard_normal((9,)).astype(np.float32)
+    scale = RNG.standard_normal((9,)).astype(np.float32)
+    b = RNG.standard_normal((9, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Sub", ["a", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "scale"], ["s"]),
+        helper.make_node("MatMul", ["s", "b"], ["y"]),
+    ]
+    k = kernel_from_node(model(nodes, {"a": a.shape}, {"mean": mean, "scale": scale, "b": b}))
+    first, second = producers(k, "d")[0], producers(k, "s")[0]
+    want = ((a - mean) * scale).astype(np.float64) @ b
+    for order in ((first, second), (second, first)):
+        inlined = k
+        for stmt in order:
+            inlined = inline(inlined, stmt)
+        assert len(inlined.statements) == 2  # the matmul and its init
+        check(k, inlined, {"a": a}, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("which", ["mul", "relu", "both"])
+def test_elementwise_chain_into_padded_conv(which: str) -> None:
+    """BN-like scale, ReLU, then a conv with its own padding: one or both inlined."""
+    x = RNG.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    s = RNG.standard_normal((4, 1, 1)).astype(np.float32)
+    w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Mul", ["x", "s"], ["f"]),
+        helper.make_node("Relu", ["f"], ["r"]),
+        helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    k = kernel_from_node(model(nodes, {"x": x.shape}, {"s": s, "w": w}))
+    chosen = {"mul": ["f"], "relu": ["r"], "both": ["f", "r"]}[which]
+    inlined = k
+    for tensor in chosen:
+        inlined = inline(inlined, producers(k, tensor)[0])
+    assert not set(chosen) & set(inlined.tensors)
+    r = np.maximum(x * s, 0)
+    want = conv2d(np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1))), w).astype(np.float32)
+    check(k, inlined, {"x": x}, want)
+
+
+def test_reversed_and_shifted_index_inverts_exactly() -> None:
+    k = kernel(
+        "T[3 - i, j + 2] = A[i, j] * 2",
+        "Y[i, j] = T[i, j + 2] + 1",
+        A=(4, 3),
+        shapes={"T": (4, 5)},
+        extents={"j": 3},
+    )
+    inlined = inline(k, "T")
+    assert [ld.tensor for s in inlined.statements for ld in loads(s.expr)] == ["A"]
+    a = RNG.standard_normal((4, 3)).astype(np.float32)
+    got = run_program_order(inlined, {"A": a})["Y"]
+    assert got.shape == (4, 3) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, a[::-1] * 2 + 1)
+    np.testing.assert_array_equal(got, run_program_order(k, {"A": a})["Y"])
+
+
+def test_step_keeps_the_other_loops_and_replays_from_json() -> None:
+    k, inputs, w, padded = pad_conv(0.0)
+    base = initial_schedule(k)
+    conv = next(s.name for s in k.statements if s.reduction)
+    loops = [lp.name for lp in base.loops_of(conv)]
+    schedule = inline_statement(base, producers(k, "p")[0])
+    assert [lp.name for lp in schedule.loops_of(conv)] == loops
+    schedule = T.split(schedule, loops[1], [None, 4])
+    schedule = T.parallel(schedule, f"{loops[1]}0")
+    trace = json.loads(json.dumps(schedule.trace_json()))
+    assert trace[0] == {"kind": "inline", "args": {"stmt": producers(k, "p")[0]}}
+    replayed = T.replay(k, trace)
+    assert replayed.body == schedule.body
+    assert replayed.kernel.workload_key() == schedule.kernel.workload_key()
+    got = run_schedule(replayed, inputs, order="shuffle")["y"]
+    assert got.shape == (1, 8, 6, 7) and got.dtype == np.float32
+    np.testing.assert_allclose(got, conv2d(padded, w), rtol=1e-4, atol=1e-4)
+
+
+def test_step_after_loop_transformations() -> None:
+    """A producer computed inside its consumer's loop is inlined from there."""
+    k = kernel("T[i, j] = A[j, i] * 2", "Y[i] += T[i, k] + 1", A=(6, 4))
+    schedule = T.compute_at(initial_schedule(k), "T", "i_1")
+    schedule = inline_statement(schedule, "T")
+    assert set(schedule.kernel.statement) == {"Y_init", "Y"}
+    a = RNG.standard_normal((6, 4)).astype(np.float32)
+    got = run_schedule(schedule, {"A": a})["Y"]
+    assert got.shape == (4,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, (a.T * 2 + 1).sum(axis=1), rtol=1e-5)
+
+
+TEMP8 = {"shapes": {"T": (8,)}}
+
+
+@pytest.mark.parametrize(
+    ("statements", "tensors", "stmt", "message"),
+    [
+        (["S[i] += A[i, k]", "Y[i] = S[i] * 2"], {"A": (3, 4)}, "S", "is a reduction"),
+        (["S[i] += A[i, k]", "Y[i] = S[i] * 2"], {"A": (3, 4)}, "S_init", "is an init"),
+        (["T[i] = A[i] * 2 if i < 4", "Y[i] = T[i] + 1"], {"A": (8,), **TEMP8}, "T", "outside"),
+        (["T[2 * i] = A[i]", "Y[i] = T[i] + 1"], {"A": (4,), **TEMP8}, "T", "does not invert"),
+        (["T[i] = A[i, j]", "Y[i] = T[i] + 1"], {"A": (3, 4)}, "T", "not in its index"),
+        (["T[i] = A[i] * 2", "Y[i] = T[i] + 1"], {"A": (4,)}, "Y", "not a temporary"),
+        (["T[i] = A[i] * 2", "Y[i] = T[i] + 1"], {"A": (4,)}, "Z", "no statement"),
+    ],
+    ids=["reduction", "init", "outside", "not-invertible", "dim-dropped", "output", "unknown"],
+)
+def test_refusals_name_the_statement(
+    statements: list[str], tensors: dict, stmt: str, message: str
+) -> None:
+    k = kernel(*statements, **tensors)
+    with pytest.raises(IllegalSchedule, match=rf"kernel {k.name}: inline\({stmt}\): .*{message}"):
+        inline(k, stmt)
+    with pytest.raises(IllegalSchedule, match=rf"inline\({stmt}\)"):
+        T.apply_step(initial_schedule(k), T.Step("inline", {"stmt": stmt}))
