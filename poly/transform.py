@@ -147,6 +147,8 @@ def split_named(
 
 def _chain(schedule: Schedule, names: Sequence[str], step: str) -> list[Loop]:
     """The perfectly nested path of loops from the outermost to the innermost of `names`."""
+    if not names:
+        raise IllegalSchedule(f"{step}: no loops given")
     if len(set(names)) != len(names):
         raise IllegalSchedule(f"{step}: loops {list(names)} are not distinct")
     depth = {n: len(schedule.enclosing(n)) for n in names}

@@ -115,20 +115,37 @@ def _tolerance_ok(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -
     return bool(np.allclose(got / scale, want / scale, rtol=rtol, atol=atol, equal_nan=True))
 
 
+#: bytes written to flush the caches: twice a 32 MiB last-level cache
+FLUSH_BYTES = 64 * 2**20
+
+
+def _flush(buffer: np.ndarray) -> None:
+    buffer += 1.0
+
+
 def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
-    flush = np.zeros(64 * 2**20 // 8) if config.flush_cache else None
+    """Seconds per run, one figure per repeat. With `flush_cache`, every timed run starts
+    from flushed caches, as a kernel of a model meets its weights (TVM's
+    `enable_cpu_cache_flush`): runs are timed one by one, the flushes left out."""
+    flush = np.zeros(FLUSH_BYTES // 8) if config.flush_cache else None
     for _ in range(config.warmup):
         native.run_on(buffers)
     number = config.number
     results = []
     for _ in range(config.repeat):
         while True:
-            if flush is not None:
-                flush += 1.0
-            start = time.perf_counter()
-            for _ in range(number):
-                native.run_on(buffers)
-            elapsed = time.perf_counter() - start
+            elapsed = 0.0
+            if flush is None:
+                start = time.perf_counter()
+                for _ in range(number):
+                    native.run_on(buffers)
+                elapsed = time.perf_counter() - start
+            else:
+                for _ in range(number):
+                    _flush(flush)
+                    start = time.perf_counter()
+                    native.run_on(buffers)
+                    elapsed += time.perf_counter() - start
             if elapsed * 1e3 >= config.min_repeat_ms or number >= 1 << 20:
                 break
             number *= 2
@@ -234,10 +251,14 @@ class _Worker:
     """One worker process and the pipe to it. A fresh interpreter runs this module (not
     multiprocessing's spawn, which re-imports the caller's main script)."""
 
+    #: the interpreter's arguments before the pipe's descriptor (tests run a worker that
+    #: dies on demand, to check that a crashed worker costs only its candidate)
+    command: tuple[str, ...] = ("-m", "polytile.search.measure")
+
     def __init__(self, target: Target, config: MeasureConfig) -> None:
         parent, child = mp.Pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "polytile.search.measure", str(child.fileno())],
+            [sys.executable, *self.command, str(child.fileno())],
             pass_fds=(child.fileno(),),
         )
         child.close()

@@ -140,8 +140,8 @@ def test_default_schedule_matches_reference(name: str, width: int) -> None:
 
 def test_default_schedules_really_use_vectors_and_threads() -> None:
     """The marks reach the code: vector types in the IR, an outlined body run by libgomp."""
-    k = KERNELS["mm_relu_odd"]
-    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=8)))
+    k = KERNELS["mm_relu_odd"]  # small: threads only when every kernel gets them
+    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=8, min_parallel_work=0)))
     assert "<8 x float>" in native.ir
     assert "GOMP_parallel" in native.ir
 

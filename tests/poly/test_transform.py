@@ -155,6 +155,8 @@ def test_trace_roundtrip_and_hash() -> None:
         ({"kind": "split", "args": {"loop": 0, "factors": [None, 4]}}, "'loop' must be a name"),
         ({"kind": "pack", "args": {"tensor": "B", "axis": 1.5, "factor": 4}}, "an integer"),
         ({"kind": "unroll", "args": {"loop": "i", "depth": 2}}, "unknown argument"),
+        ({"kind": "reorder", "args": {"order": []}}, "no loops given"),
+        ({"kind": "fuse", "args": {"loops": []}}, "no loops given"),
     ],
 )
 def test_malformed_steps_are_illegal_and_named(step: object, message: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, save
-from test_measure import GATHER, ILLEGAL, KILLER, matmul_traces, set_matmul
+from test_measure import GATHER, ILLEGAL, matmul_traces, set_matmul
 
 import polytile as pt
 from polytile import cli, zoo
@@ -80,7 +80,7 @@ def overlap(a: Span, b: Span) -> bool:
 
 def test_cluster_builds_give_the_records_of_local_builds(here: Measurer, remote: Measurer) -> None:
     traces = matmul_traces(4)
-    traces[2:2] = [ILLEGAL, KILLER]
+    traces[2:2] = [ILLEGAL]
     kinds = []
     for m in (here, remote):
         set_matmul(m)
@@ -89,9 +89,9 @@ def test_cluster_builds_give_the_records_of_local_builds(here: Measurer, remote:
         assert all(r.target == host(1).key() for r in records)
         assert all(r.latency > 0 for r in records if r.error is None)
         kinds.append([r.error for r in records])
-    assert kinds[0] == kinds[1] == [None, None, "illegal", "crash", None, None]
+    assert kinds[0] == kinds[1] == [None, None, "illegal", None, None]
     built = {s.job for s in remote.spans if s.phase == "remote"}
-    assert built == {0, 1, 4, 5}  # the illegal trace and the crash built nothing
+    assert built == {0, 1, 3, 4}  # the illegal trace built nothing
     timed = [s for s in remote.spans if s.phase == "time"]
     assert len(timed) == 4
     # the LocalCluster's worker runs on this host: it builds nothing during a timed run

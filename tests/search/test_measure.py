@@ -8,6 +8,7 @@ import collections
 import itertools
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +17,18 @@ from polytile.codegen.target import host
 from polytile.errors import InputError
 from polytile.poly.default import default_schedule
 from polytile.poly.dsl import kernel
-from polytile.search.measure import MeasureConfig, Measurer, Span
+from polytile.search.measure import MeasureConfig, Measurer, Span, _Worker
 from polytile.search.space import SearchSpace
 
 GATHER = kernel("Y[i] = A[I[i]]", A=(8,), I=(4,), dtypes={"I": "int64"})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dying_workers() -> Iterator[None]:
+    """Workers that die on `KILLER` (and otherwise measure as the real ones do)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_Worker, "command", DYING_WORKER)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +82,9 @@ MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(N, N), B=(N, N))
 A = np.random.default_rng(0).standard_normal((N, N)).astype(np.float32)
 B = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
 ILLEGAL = [{"kind": "split", "args": {"loop": "nope", "factors": [2, None]}}]
-#: replay raises a KeyError (not IllegalSchedule) on it, which kills the worker
-KILLER = [{"kind": "split", "args": {"loop": "i"}}]
+#: the measuring workers of these tests (`dying_worker.py`) die while building it
+KILLER = [{"kind": "die", "args": {}}]
+DYING_WORKER = (str(Path(__file__).with_name("dying_worker.py")),)
 
 
 def matmul_traces(count: int) -> list[list[dict]]:
@@ -161,3 +171,25 @@ def test_a_worker_hung_while_timing_loses_no_candidate() -> None:
 def test_workers_must_be_positive() -> None:
     with pytest.raises(InputError, match="workers"):
         MeasureConfig(workers=0)
+
+
+@pytest.mark.parametrize("flush_cache", [False, True])
+def test_with_flush_cache_every_timed_run_follows_a_flush(
+    flush_cache: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TVM's cache flush: the caches are flushed before each timed run (not once per
+    repeat, which would leave all but the first run warm), and never otherwise."""
+    import polytile.search.measure as M
+
+    events: list[str] = []
+    monkeypatch.setattr(M, "_flush", lambda buffer: events.append("flush"))
+
+    class Native:
+        def run_on(self, buffers: dict) -> None:
+            events.append("run")
+
+    config = MeasureConfig(number=3, repeat=2, warmup=1, min_repeat_ms=0.0, flush_cache=flush_cache)
+    results = M._time(Native(), {}, config)
+    assert len(results) == 2 and all(r >= 0 for r in results)
+    timed = ["flush", "run"] * 6 if flush_cache else ["run"] * 6
+    assert events == ["run", *timed]  # one warm-up run, then 2 repeats of 3 runs
