@@ -1,7 +1,7 @@
 """ResNet-50 end to end after tuning: `tune` spends at most `--trials` measurements on the
 model's 28 tasks (the gradient task scheduler decides where), then the model compiled
 with the records and with the default schedules is timed against onnxruntime in the
-same run (each peer alone, `model_bench.measure`). Writes
+same run (the peers take turns, `model_bench.measure`). Writes
 benchmarks/results/resnet50_tuned.{json,md} with the per-task table, and
 resnet50_best.jsonl: the fastest verified record per task (enough for
 `compile(records=...)` to rebuild the tuned model on the same CPU; the full records file
@@ -73,7 +73,8 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "resnet50_tuned.json").write_text(json.dumps(rows, indent=1))
     lines = [
-        "# ResNet-50 after tuning, against onnxruntime (each timed alone, same run)",
+        "# ResNet-50 after tuning, against onnxruntime (the peers take turns in one run; "
+        "the ratio is the median of the turns' ratios)",
         "",
         "| schedules | polytile ms | onnxruntime ms | ratio | compile s |",
         "|---|---|---|---|---|",

@@ -373,7 +373,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         num_threads=args.threads,
         input_shapes=parse_input_shapes(args.input_shapes),
-        measure=MeasureConfig(timeout=args.timeout, workers=args.workers, scheduler=args.scheduler),
+        measure=MeasureConfig(
+            timeout=args.timeout,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            flush_cache=args.flush_cache,
+        ),
         batch=args.batch,
         cost_model=args.cost_model,
         cost_model_kind=args.cost_model_kind,
@@ -496,6 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="processes building candidates in parallel"
     )
     tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
+    tune.add_argument(
+        "--flush-cache",
+        action="store_true",
+        help="time every run with flushed caches, as kernels meet their weights in a model",
+    )
     tune.add_argument(
         "--scheduler",
         metavar="ADDR",

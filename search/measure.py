@@ -126,7 +126,8 @@ def _flush(buffer: np.ndarray) -> None:
 def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
     """Seconds per run, one figure per repeat. With `flush_cache`, every timed run starts
     from flushed caches, as a kernel of a model meets its weights (TVM's
-    `enable_cpu_cache_flush`): runs are timed one by one, the flushes left out."""
+    `enable_cpu_cache_flush`): the `number` runs are timed one by one, the flushes left
+    out, and `min_repeat_ms` does not apply (each run costs a flush)."""
     flush = np.zeros(FLUSH_BYTES // 8) if config.flush_cache else None
     for _ in range(config.warmup):
         native.run_on(buffers)
@@ -146,7 +147,7 @@ def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
                     start = time.perf_counter()
                     native.run_on(buffers)
                     elapsed += time.perf_counter() - start
-            if elapsed * 1e3 >= config.min_repeat_ms or number >= 1 << 20:
+            if flush is not None or elapsed * 1e3 >= config.min_repeat_ms or number >= 1 << 20:
                 break
             number *= 2
         results.append(elapsed / number)

@@ -167,6 +167,7 @@ def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, caps
     records, model = tmp_path / "r.jsonl", tmp_path / "model.pkl"
     argv = ["tune", str(path), "--trials", "4", "--records", str(records), "--batch", "2"]
     argv += ["--workers", "2", "--cost-model", str(model), "--cost-model-kind", "ranking"]
+    argv += ["--flush-cache"]
     assert cli.main(argv) == 0
     assert "estimated model latency" in capsys.readouterr().out
     assert len(RecordFile(records).read()) == 4
