@@ -26,9 +26,13 @@ def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:
     return found
 
 
-def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> tuple[str, str] | None:
+_Plane = tuple[str, str, int, int]
+
+
+def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> _Plane | None:
     """The statement's pair of dims walking the trailing axes of the tensors of `flat` it
-    touches, when it touches them only that way (else None: none of them may flatten)."""
+    touches and their extents, when it touches them only that way (else None: none of
+    them may flatten)."""
     accesses = _accesses(s)
     pairs = {index[-2:] for tensor, index in accesses if tensor in flat}
     if len(pairs) != 1:
@@ -50,7 +54,7 @@ def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> tuple[str, str] | No
         return None
     if any(kernel.tensors[t].shape[-2:] != tuple(extents) for t, _ in accesses if t in flat):
         return None
-    return a, b
+    return a, b, extents[0], extents[1]
 
 
 def flatten_planes(kernel: Kernel) -> Kernel:
@@ -62,7 +66,7 @@ def flatten_planes(kernel: Kernel) -> Kernel:
             pair = index[-2:]
             if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(s.dims):
                 flat.discard(tensor)
-    planes: dict[str, tuple[str, str]] = {}
+    planes: dict[str, _Plane] = {}
     changed = True
     while changed and flat:  # a statement that cannot flatten pins every tensor it touches
         changed = False
@@ -93,16 +97,13 @@ def _flat_tensor(t: Tensor) -> Tensor:
     return replace(t, shape=shape, value=value)
 
 
-def _flat_statement(s: Statement, pair: tuple[str, str], flat: set[str]) -> Statement:
-    a, b = pair
+def _flat_statement(s: Statement, plane: _Plane, flat: set[str]) -> Statement:
+    a, b, height, width = plane
     merged = f"{a}_{b}"
     while merged in s.dims:
         merged = f"_{merged}"
     first, second = s.dims.index(a), s.dims.index(b)
-    domain = s.domain_set()
-    extents = ih.separable_box(domain, [first, second])
-    assert extents is not None  # checked by _plane
-    new_domain = ih.merge_dims(domain, first, second, merged, extents[0] * extents[1])
+    new_domain = ih.merge_dims(s.domain_set(), first, second, merged, height * width)
     dims = tuple(merged if d == a else d for d in s.dims if d != b)
 
     def index(tensor: str, old: tuple[str | Expr, ...]) -> tuple[str | Expr, ...]:

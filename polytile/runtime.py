@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,22 @@ class Profile:
     def total(self) -> float:
         """The calls' medians added up (close to one run's latency)."""
         return sum(c.seconds for c in self.calls)
+
+
+def replace_directory(path: Path, write: Callable[[Path], None]) -> None:
+    """`write` fills a fresh directory next to `path`, which then replaces `path` whole:
+    a reader never sees half a saved model, and a failed write leaves the old one."""
+    tmp = Path(tempfile.mkdtemp(prefix=".ptm-", dir=path.parent))
+    try:
+        write(tmp)
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 _Entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -333,8 +349,8 @@ class CompiledModel:
         parent = out.parent if str(out.parent) else Path(".")
         if not parent.is_dir():
             raise InputError(f"cannot save model '{self.manifest.name}': no directory {parent}")
-        tmp = Path(tempfile.mkdtemp(prefix=".ptm-", dir=parent))
-        try:
+
+        def write(tmp: Path) -> None:
             data = self.manifest.to_json()
             data["parts"] = len(self._parts)
             (tmp / "manifest.json").write_text(json.dumps(data, indent=1))
@@ -342,14 +358,8 @@ class CompiledModel:
                 (tmp / f"part{i}.o").write_bytes(part.obj)
                 (tmp / f"part{i}.bc").write_bytes(part.bitcode)
             np.savez(tmp / "constants.npz", *self.constants)
-            if out.is_dir():
-                shutil.rmtree(out)
-            elif out.exists():
-                out.unlink()
-            tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        replace_directory(out, write)
         return out
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:

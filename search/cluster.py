@@ -35,7 +35,6 @@ import ctypes
 import functools
 import multiprocessing
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -434,19 +433,14 @@ def compile_remote(
 
 def _write_saved(files: Mapping[str, bytes], path: Path) -> None:
     """Write a saved model's files as `path`, replacing it whole (as `CompiledModel.save`)."""
-    tmp = Path(tempfile.mkdtemp(prefix=".ptm-", dir=path.parent))
-    try:
+    from polytile.runtime import replace_directory
+
+    def write(tmp: Path) -> None:
         for name, data in files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(data)
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    replace_directory(path, write)
 
 
 def compile_many(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from polytile.poly import isl_helpers as ih
 from polytile.poly.expr import Load, binary, const, unary
@@ -150,3 +152,16 @@ def prefix_sum(n: int = 10) -> Kernel:
         "P": Tensor("P", (n,), "float32", Role.OUTPUT),
     }
     return Kernel("prefix_sum", tensors, (s0, s1))
+
+
+def float_model(nodes: list, inputs: dict, constants: dict) -> onnx.ModelProto:
+    """A float32 ONNX model of `nodes` (inputs by shape, constants by value) whose last
+    node's output is the graph output, for `kernel_from_node`."""
+    graph = helper.make_graph(
+        nodes,
+        "model",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

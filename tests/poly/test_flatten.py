@@ -5,9 +5,8 @@ natively under its default schedule (whose plan the flattening changes)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.poly.default import DefaultConfig, default_schedule
@@ -17,20 +16,10 @@ from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel
 from polytile.poly.reference import run_program_order
 
+from kernels import float_model
+
 RNG = np.random.default_rng(0)
 CONFIG = DefaultConfig(vector_width=16)
-
-
-def model(nodes: list, inputs: dict, constants: dict) -> onnx.ModelProto:
-    """A float32 model of `nodes` whose last node's output is the graph output."""
-    graph = helper.make_graph(
-        nodes,
-        "flatten",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def conv1x1_add_relu(size: int, channels: int = 32) -> tuple[Kernel, dict, np.ndarray]:
@@ -44,7 +33,7 @@ def conv1x1_add_relu(size: int, channels: int = 32) -> tuple[Kernel, dict, np.nd
         helper.make_node("Add", ["c", "r"], ["s"]),
         helper.make_node("Relu", ["s"], ["y"]),
     ]
-    k = kernel_from_node(model(nodes, {"x": x.shape, "r": r.shape}, {"w": w, "b": b}))
+    k = kernel_from_node(float_model(nodes, {"x": x.shape, "r": r.shape}, {"w": w, "b": b}))
     conv = np.einsum("nchw,mc->nmhw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
     want = np.maximum(conv + b[None, :, None, None] + r, 0)
     return k, {"x": x, "r": r}, want
@@ -106,7 +95,7 @@ def test_a_padded_3x3_conv_is_left_alone() -> None:
     x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
-    k = kernel_from_node(model(nodes, {"x": x.shape}, {"w": w}))
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"w": w}))
     assert flatten_planes(k) is k
 
 
@@ -114,7 +103,7 @@ def test_a_global_pool_reduces_along_one_axis() -> None:
     """The input flattens; the [n, c, 1, 1] output, indexed by constants, does not."""
     x = RNG.standard_normal((2, 5, 6, 7)).astype(np.float32)
     k = kernel_from_node(
-        model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], {"x": x.shape}, {})
+        float_model([helper.make_node("GlobalAveragePool", ["x"], ["y"])], {"x": x.shape}, {})
     )
     flat = flatten_planes(k)
     assert [t.shape for t in flat.inputs()] == [(2, 5, 42)]
@@ -126,7 +115,7 @@ def test_a_constant_plane_is_reshaped_with_its_values() -> None:
     x = RNG.standard_normal((1, 3, 4, 5)).astype(np.float32)
     c = RNG.standard_normal((1, 3, 4, 5)).astype(np.float32)
     k = kernel_from_node(
-        model([helper.make_node("Mul", ["x", "c"], ["y"])], {"x": x.shape}, {"c": c})
+        float_model([helper.make_node("Mul", ["x", "c"], ["y"])], {"x": x.shape}, {"c": c})
     )
     flat = flatten_planes(k)
     (constant,) = [t for t in flat.tensors.values() if t.value is not None]

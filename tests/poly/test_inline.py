@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
@@ -23,19 +22,9 @@ from polytile.poly.kernel import Kernel, Role, Tensor
 from polytile.poly.reference import run_program_order
 from polytile.poly.schedule import initial_schedule
 
+from kernels import float_model
+
 RNG = np.random.default_rng(0)
-
-
-def model(nodes: list, inputs: dict, constants: dict) -> onnx.ModelProto:
-    """A float32 model of `nodes` whose last node's output is the graph output."""
-    graph = helper.make_graph(
-        nodes,
-        "inline",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -79,7 +68,7 @@ def pad_conv(value: float) -> tuple[Kernel, dict, np.ndarray, np.ndarray]:
         helper.make_node("Pad", ["x", "pads", "v"], ["p"]),
         helper.make_node("Conv", ["p", "w"], ["y"]),
     ]
-    k = kernel_from_node(model(nodes, {"x": x.shape}, constants))
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, constants))
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 0)), constant_values=value)
     return k, {"x": x}, w, padded
 
@@ -123,7 +112,7 @@ def test_transpose_into_matmul() -> None:
         helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]),
         helper.make_node("MatMul", ["at", "b"], ["y"]),
     ]
-    k = kernel_from_node(model(nodes, {"a": a.shape}, {"b": b}))
+    k = kernel_from_node(float_model(nodes, {"a": a.shape}, {"b": b}))
     inlined = inline(k, producers(k, "at")[0])
     (mm,) = [s for s in inlined.statements if s.reduction]
     assert [ld.tensor for ld in loads(mm.expr)] == ["a", "b"]
@@ -141,7 +130,7 @@ def test_sub_mul_chain_into_matmul() -> None:
         helper.make_node("Mul", ["d", "scale"], ["s"]),
         helper.make_node("MatMul", ["s", "b"], ["y"]),
     ]
-    k = kernel_from_node(model(nodes, {"a": a.shape}, {"mean": mean, "scale": scale, "b": b}))
+    k = kernel_from_node(float_model(nodes, {"a": a.shape}, {"mean": mean, "scale": scale, "b": b}))
     first, second = producers(k, "d")[0], producers(k, "s")[0]
     want = ((a - mean) * scale).astype(np.float64) @ b
     for order in ((first, second), (second, first)):
@@ -163,7 +152,7 @@ def test_elementwise_chain_into_padded_conv(which: str) -> None:
         helper.make_node("Relu", ["f"], ["r"]),
         helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
     ]
-    k = kernel_from_node(model(nodes, {"x": x.shape}, {"s": s, "w": w}))
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"s": s, "w": w}))
     chosen = {"mul": ["f"], "relu": ["r"], "both": ["f", "r"]}[which]
     inlined = k
     for tensor in chosen:
