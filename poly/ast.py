@@ -17,6 +17,7 @@ from polytile.errors import IllegalSchedule
 from . import isl_helpers as ih
 from .kernel import Kernel, Statement
 from .schedule import Schedule, parse_mark, to_isl
+from .tiles import isolate_full_tiles
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,9 @@ AST_OPERATIONS = 1_000_000
 def build_ast(schedule: Schedule) -> AstNode:
     """isl's AST for the schedule, converted and with loop names as iterators."""
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    tree = to_isl(schedule)
     try:
         with ih.operation_limit(AST_OPERATIONS):
+            tree = isolate_full_tiles(to_isl(schedule))
             node = build.node_from_schedule(tree)
     except isl.Error as err:
         if not ih.is_over_limit(err):
@@ -166,20 +167,41 @@ def _node(n: isl.AstNode, names: Mapping[str, str]) -> AstNode:
         return Block(tuple(_node(children.get_at(i), names) for i in range(children.n_ast_node())))
     if kind == isl.ast_node_type.mark:
         loop, annotation = parse_mark(n.mark_get_id().get_name())
-        inner = n.mark_get_node()
-        if inner.get_type() == isl.ast_node_type.for_:
-            var = inner.for_get_iterator().get_id().get_name()
-            scoped = {**names, var: loop}
-            body = _node(inner, scoped)
-            assert isinstance(body, For)
-            return For(body.var, body.init, body.cond, body.inc, body.body, loop, annotation)
-        return Mark(loop, annotation, _node(inner, names))
+        return _claim(n.mark_get_node(), loop, annotation, names)
     if kind == isl.ast_node_type.user:
         call = n.user_get_expr()
         stmt = call.get_op_arg(0).get_id().get_name()
         args = tuple(_expr(call.get_op_arg(i), names) for i in range(1, call.get_op_n_arg()))
         return Call(stmt, args)
     raise NotImplementedError(f"isl AST node {kind}")
+
+
+def _claim(n: isl.AstNode, loop: str, annotation: str, names: Mapping[str, str]) -> AstNode:
+    """The code isl generated for a marked loop: its `for` nodes take the loop's name and
+    annotation. isl may emit the loop in pieces (an isolated loop's full tiles and the
+    rest, or one piece per guard); where a piece runs once there is no `for`, and a
+    `Mark` keeps the annotation."""
+    kind = n.get_type()
+    if kind == isl.ast_node_type.for_:
+        var = n.for_get_iterator().get_id().get_name()
+        body = _node(n, {**names, var: loop})
+        assert isinstance(body, For)
+        return For(body.var, body.init, body.cond, body.inc, body.body, loop, annotation)
+    if kind == isl.ast_node_type.block:
+        children = n.block_get_children()
+        return Block(
+            tuple(
+                _claim(children.get_at(i), loop, annotation, names)
+                for i in range(children.n_ast_node())
+            )
+        )
+    if kind == isl.ast_node_type.if_:
+        orelse = (
+            _claim(n.if_get_else_node(), loop, annotation, names) if n.if_has_else_node() else None
+        )
+        then = _claim(n.if_get_then_node(), loop, annotation, names)
+        return If(_expr(n.if_get_cond(), names), then, orelse)
+    return Mark(loop, annotation, _node(n, names))
 
 
 # --- printing ------------------------------------------------------------------------

@@ -131,6 +131,10 @@ def _calls(
     elif isinstance(node, For):
         v = f"v{len(names)}"
         inner = {**names, node.var: v}
+        if node.var in names:
+            # a loop reusing an outer loop's iterator name: the outer one stays in the
+            # relation's tuple (its bounds are among the conditions) under a hidden key
+            inner[f"{node.var}'{len(names)}"] = names[node.var]
         lower = " or ".join(f"({_and(c, f'{v} >= ({t})')})" for c, t in _pieces(node.init, names))
         step = []
         if not isinstance(node.inc, Int):

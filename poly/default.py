@@ -29,6 +29,7 @@ from .expr import loads
 from .inline import inline_statement
 from .kernel import Kernel, Role, Statement, mentions
 from .schedule import Loop, Schedule, initial_schedule, statements_below
+from .tiles import has_partial_tiles
 
 
 @dataclass(frozen=True)
@@ -308,10 +309,11 @@ def _streams(schedule: Schedule, main: Statement, row: str, row_dim: str, lanes:
     """Whether the row is a contiguous stream of whole vectors (two or more) in the output
     and in every operand that moves with it (a 1×1 convolution whose planes are flattened: a
     matrix product). Its tiles then stream along memory, which beats vectors across
-    channel planes; the matrix-product plan takes it. A row that ends in a partial
-    vector (14×14 and 7×7 images) stays with channel vectors, which are always full."""
+    channel planes; the matrix-product plan takes it. The AST generator isolates full
+    tiles, so a last, partial vector costs only its unused lanes: a row that wastes more
+    than an eighth of its lanes (a 7×7 image: 15 of 64) stays with channel vectors."""
     extent = T.loop_extent(schedule, row)
-    if main.index[-1] != row_dim or extent < 2 * lanes or extent % lanes:
+    if main.index[-1] != row_dim or extent < 2 * lanes or 8 * (-extent % lanes) > extent:
         return False
     moving = [ld for ld in loads(main.expr) if _depends(ld.index, row_dim)]
     return bool(moving) and all(
@@ -481,6 +483,10 @@ def parallelize_outer(
             break
         parent = schedule.loop(chain[-1])
         if len(parent.body) != 1 or loop.annotation or loop.name in (stop or ()):
+            break
+        if extent >= config.threads and has_partial_tiles(schedule, loop.name):
+            # fused with the loops outside, a loop of uneven tiles makes every tile's
+            # bounds a modulo expression, guarded inside its vector loops
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)

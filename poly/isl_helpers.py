@@ -195,3 +195,33 @@ def operation_limit(operations: int) -> Iterator[None]:
 
 def is_over_limit(err: isl.Error) -> bool:
     return "maximal number of operations exceeded" in str(err)
+
+
+def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | None:
+    """Where an inner loop runs less than its whole trip count.
+
+    `outer` and `inner` are prefix schedules (domain → flat schedule values) of an outer
+    loop and of a loop nested in it. The answer is the set of outer schedule values at
+    which the inner loop's trip count (its largest minus its smallest value) stays below
+    its maximum; None when the two schedules share no instance."""
+    values = outer.reverse().apply_range(inner)
+    if values.is_empty():
+        return None
+    pairs = isl.Map.from_union_map(values)
+    last = pairs.dim(isl.dim_type.out) - 1
+    pairs = pairs.project_out(isl.dim_type.out, 0, last)
+    span = pairs.lexmax_pw_multi_aff().get_pw_aff(0).sub(pairs.lexmin_pw_multi_aff().get_pw_aff(0))
+    widest = span.max_val()
+    return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
+
+
+def has_divs(s: isl.Set) -> bool:
+    """Whether the set needs an integer division (an existential variable) to say."""
+    return any(part.dim(isl.dim_type.div) > 0 for part in s.get_basic_sets())
+
+
+def isolate_option(region: isl.Set, depth: int) -> isl.UnionSet:
+    """isl's AST option `isolate[[outer] -> [band]]` for a one-member band below `depth`
+    outer schedule dims: the region's instances are generated apart from the rest."""
+    as_map = isl.Map.from_range(region).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, depth)
+    return isl.UnionSet.from_set(as_map.wrap().set_tuple_name("isolate"))

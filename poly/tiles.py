@@ -1,0 +1,105 @@
+"""Partial tiles: where a tile's extent does not divide its loop, the last tile runs the
+loops inside it fewer times. Codegen wants constant trip counts for vector and unrolled
+loops, so the AST generator emits full tiles apart from partial ones, and the default
+schedule avoids fusing a loop with partial tiles into a parallel loop (isl then needs
+modulo arithmetic and guards inside the vector loops)."""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from . import isl_helpers as ih
+from .schedule import Schedule, parse_mark, to_isl
+
+#: loops whose trip count codegen needs to know: expanded into copies or vector lanes
+CONSTANT_TRIPS = ("vector", "unroll")
+
+Path = tuple[int, ...]
+
+
+def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
+    """Generate each serial loop's full tiles apart from its partial ones.
+
+    A tile that a loop's extent does not divide leaves the vector and unrolled loops
+    inside with a trip count like `min(7, 168 - 8 * t)`: codegen can then neither unroll
+    them nor keep a register tile's accumulators in registers (measured 5× slower). isl's
+    `isolate` option on the outermost serial loop whose values decide the trip count
+    makes it emit the full tiles, where every such count is constant, and the rest
+    after them. Parallel loops are left whole (one outlined loop per thread team)."""
+    bands = _bands(tree)
+    domain = tree.get_domain()
+    handled: set[Path] = set()
+    for path, _loop, annotation in bands:
+        if annotation:
+            continue
+        inner = [
+            p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path) and p not in handled
+        ]
+        band = _at(tree, path)
+        partial = _partial(tree, domain, path, inner)
+        if partial is None or ih.has_divs(partial):
+            # no partial tile, or partial tiles of a loop fused through a modulo: isolating
+            # those multiplies isl's pieces (and the AST check's work) for little gain
+            continue
+        outer = band.child(0).get_prefix_schedule_union_map().intersect_domain(domain)
+        region = isl.Set.from_union_set(outer.range()).subtract(partial)
+        if region.is_empty():
+            continue
+        option = ih.isolate_option(region.coalesce(), band.get_schedule_depth())
+        tree = band.band_set_ast_build_options(option).get_schedule()
+        handled.update(inner)
+    return tree
+
+
+def has_partial_tiles(schedule: Schedule, loop: str) -> bool:
+    """Whether some loop nested in `loop` runs fewer times for some of its values."""
+    tree = to_isl(schedule)
+    bands = _bands(tree)
+    path = next((p for p, name, _ in bands if name == loop), None)
+    if path is None:
+        return False
+    inner = [p for p, _, _ in bands if _below(p, path)]
+    return _partial(tree, tree.get_domain(), path, inner) is not None
+
+
+def _partial(
+    tree: isl.Schedule, domain: isl.UnionSet, path: Path, inner: list[Path]
+) -> isl.Set | None:
+    """The values of the band at `path` (with its outer loops') where a loop at one of
+    the `inner` paths runs less than its whole trip count; None when there are none."""
+    if not inner:
+        return None
+    outer = _at(tree, path).child(0).get_prefix_schedule_union_map().intersect_domain(domain)
+    partial: isl.Set | None = None
+    for p in inner:
+        found = ih.partial_trip_region(outer, _at(tree, p).child(0).get_prefix_schedule_union_map())
+        if found is not None and not found.is_empty():
+            partial = found if partial is None else partial.union(found)
+    return partial.coalesce() if partial is not None else None
+
+
+def _bands(tree: isl.Schedule) -> list[tuple[Path, str, str]]:
+    """Each loop's band: its path from the root, its name and annotation (from the mark
+    above it), outer loops first."""
+    found: list[tuple[Path, str, str]] = []
+
+    def walk(node: isl.ScheduleNode, path: Path) -> None:
+        if node.get_type() == isl.schedule_node_type.mark:
+            loop, annotation = parse_mark(node.mark_get_id().get_name())
+            found.append(((*path, 0), loop, annotation))
+        for index in range(node.n_children()):
+            walk(node.child(index), (*path, index))
+
+    walk(tree.get_root(), ())
+    return found
+
+
+def _below(inner: Path, outer: Path) -> bool:
+    return len(inner) > len(outer) and inner[: len(outer)] == outer
+
+
+def _at(tree: isl.Schedule, path: Path) -> isl.ScheduleNode:
+    node = tree.get_root()
+    for index in path:
+        node = node.child(index)
+    return node

@@ -1,0 +1,131 @@
+"""Partial tiles: full tiles generated apart (constant trip counts for the vector and
+unrolled loops inside), parallel loops kept whole, the default schedule not fusing a
+loop of uneven tiles into its parallel loop; checked on the AST and against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polytile.codegen.native import NativeKernel
+from polytile.poly import transform as T
+from polytile.poly.ast import AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
+from polytile.poly.ast_check import verify_ast
+from polytile.poly.default import DefaultConfig, parallelize_outer
+from polytile.poly.interp import run_schedule
+from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import Schedule, initial_schedule
+from polytile.poly.tiles import has_partial_tiles
+
+from kernels import mm_relu, random_inputs
+
+
+def register_tile(n: int, m: int, k: int, outer: str = "") -> Schedule:
+    """Y = A @ B with j split by 8 into a serial tile loop j0 (or `outer`-annotated) and
+    an unrolled j1 inside the reduction loop k: the conv's register tile."""
+    schedule = T.split(initial_schedule(mm_relu(n, m, k)), "j", (None, 8))
+    schedule = T.reorder(schedule, "i", "j0", "k", "j1")
+    schedule = T.unroll(schedule, "j1")
+    if outer == "parallel":
+        schedule = T.parallel(schedule, "j0")
+    return schedule
+
+
+def loops_named(node: AstNode, name: str) -> list[For]:
+    """The `for` nodes the AST emits for one schedule loop, in program order."""
+    if isinstance(node, For):
+        return ([node] if node.loop == name else []) + loops_named(node.body, name)
+    if isinstance(node, Block):
+        return [f for item in node.items for f in loops_named(item, name)]
+    if isinstance(node, If):
+        found = loops_named(node.then, name)
+        return found + (loops_named(node.orelse, name) if node.orelse is not None else [])
+    if isinstance(node, Mark):
+        return loops_named(node.body, name)
+    return []
+
+
+def constant_bound(loop: For) -> int | None:
+    """`n` when the loop's condition is `var <= n`."""
+    cond = loop.cond
+    if isinstance(cond, Op) and cond.op == "le" and isinstance(cond.args[1], Int):
+        return cond.args[1].value
+    return None
+
+
+def check_outputs(schedule: Schedule) -> None:
+    kernel = schedule.kernel
+    inputs = random_inputs(kernel)
+    want = np.maximum(inputs["A"] @ inputs["B"], 0)
+    for got in (run_schedule(schedule, inputs)["C"], NativeKernel(schedule)(inputs)["C"]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_program_order(kernel, inputs)["C"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_full_tiles_are_generated_apart_with_constant_trip_counts() -> None:
+    schedule = register_tile(3, 21, 5)
+    ast = verify_ast(schedule)
+    tiles = loops_named(ast, "j0")
+    assert len(tiles) == 1 and constant_bound(tiles[0]) == 1  # j0 = 0, 1: the full tiles
+    unrolled = loops_named(ast, "j1")
+    bounds = [constant_bound(loop) for loop in unrolled]
+    # the full tiles' j1 runs 0..7; the rest (j = 16..20) is its own loop with 0..4
+    assert bounds == [7, 4]
+    assert all(isinstance(loop.init, Int) for loop in unrolled)
+    check_outputs(schedule)
+
+
+def test_without_partial_tiles_nothing_is_duplicated() -> None:
+    ast = build_ast(register_tile(3, 16, 5))
+    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7]
+    assert constant_bound(loops_named(ast, "j0")[0]) == 1
+
+
+def test_a_parallel_tile_loop_stays_one_loop() -> None:
+    schedule = register_tile(3, 13, 5, outer="parallel")
+    ast = verify_ast(schedule)
+    (tiles,) = loops_named(ast, "j0")
+    assert tiles.annotation == "parallel" and constant_bound(tiles) == 1
+    check_outputs(schedule)
+
+
+def test_partial_tiles_are_detected_per_loop() -> None:
+    uneven, even = register_tile(3, 13, 5), register_tile(3, 16, 5)
+    assert has_partial_tiles(uneven, "j0")
+    assert not has_partial_tiles(even, "j0")
+    assert not has_partial_tiles(uneven, "j1")  # nothing inside it varies
+    assert not has_partial_tiles(uneven, "no_such_loop")
+
+
+@pytest.mark.parametrize(("m", "parallel"), [(13, "i"), (16, "i_j0_f")])
+def test_parallel_fusion_stops_at_uneven_tiles(m: int, parallel: str) -> None:
+    """i has 4 values (enough for 2 threads, not for balance): it is fused with j0 only
+    when j0's tiles are all full."""
+    schedule = T.split(initial_schedule(mm_relu(4, m, 5)), "j", (None, 8))
+    config = DefaultConfig(threads=2, min_parallel_work=0)
+    schedule = parallelize_outer(schedule, "Y", config)
+    assert [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "parallel"] == [parallel]
+    check_outputs(schedule)
+
+
+def test_the_ast_check_reads_a_loop_reusing_an_outer_iterator_name() -> None:
+    """isl may name an inner loop's iterator like one outside it; the outer loop's
+    bounds still hold for every instance below."""
+    schedule = initial_schedule(mm_relu(1, 4, 1))
+    calls = {
+        "Y_init": Call("Y_init", (Int(0), Var("x"))),
+        "Y": Call("Y", (Int(0), Var("x"), Int(0))),
+        "C": Call("C", (Int(0), Var("x"))),
+    }
+    nests = [
+        For(
+            "x",
+            Int(0),
+            Op("le", (Var("x"), Int(0))),
+            Int(1),
+            For("x", Int(0), Op("le", (Var("x"), Int(3))), Int(1), calls[s]),
+        )
+        for s in ("Y_init", "Y", "C")
+    ]
+    assert verify_ast(schedule, Block(tuple(nests))) is not None
