@@ -38,7 +38,8 @@ def main() -> None:
     parser.add_argument("--measure-only", action="store_true", help="time existing records")
     parser.add_argument(
         "--flush-cache",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="time candidates with the caches flushed (weights cold, as in the model)",
     )
     args = parser.parse_args()

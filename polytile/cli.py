@@ -503,8 +503,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
     tune.add_argument(
         "--flush-cache",
-        action="store_true",
-        help="time every run with flushed caches, as kernels meet their weights in a model",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time every run with flushed caches, as kernels meet their weights in a model "
+        "(the default: warm timings favour schedules that lose in the model)",
     )
     tune.add_argument(
         "--scheduler",
