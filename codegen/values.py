@@ -1,5 +1,5 @@
 """Values of one statement instance as LLVM IR: loads and stores (scalar, vector,
-broadcast or gathered lane by lane, as the lane strides say), constants, conversions and
+broadcast, strided or gathered lane by lane, as the lane strides say), constants, conversions and
 the arithmetic of every expression node in every dtype. `kernel.py` drives it from the
 loop structure."""
 
@@ -17,10 +17,13 @@ from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Un
 from polytile.poly.kernel import Statement
 from polytile.poly.quasi import parse_index
 
-from .llvm_types import I1, I8, I32, I64, kind, memory_type, value_type
+from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
 
 #: the only floating-point liberty taken: fusing a multiply and an add (FMA)
 FAST = ("contract",)
+#: the largest lane stride loaded as one wide vector and shuffled (wider strides waste
+#: more of the load than a gather of single lanes costs)
+MAX_SHUFFLED_STRIDE = 4
 
 
 def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
@@ -85,6 +88,8 @@ class Instance:
             assert self.lanes is not None
             vty = ir.VectorType(mem, self.lanes.count)
             value = b.load(self.address(tensor, dtype, base), typ=vty, align=align)
+        elif 2 <= stride <= MAX_SHUFFLED_STRIDE:
+            value = self.strided_load(tensor, dtype, base, stride)
         else:
             assert self.lanes is not None
             value = ir.Constant(ir.VectorType(mem, self.lanes.count), None)
@@ -96,6 +101,32 @@ class Instance:
             zero = ir.Constant(value.type, None)
             value = b.icmp_unsigned("!=", value, zero)
         return value
+
+    def strided_load(self, tensor: str, dtype: str, base: ir.Value, stride: int) -> ir.Value:
+        """Lanes `stride` elements apart (a pooling window or convolution with strides) as
+        one wide load and a shuffle instead of a load per lane. The load is masked past
+        the last lane's element: it never touches memory the lanes do not span."""
+        assert self.lanes is not None
+        b = self.b
+        count = self.lanes.count
+        mem = memory_type(dtype)
+        wide = ir.VectorType(mem, stride * count)
+        span = stride * (count - 1) + 1
+        mask = ir.Constant(ir.VectorType(I1, wide.count), [j < span for j in range(wide.count)])
+        fn = self.mc.function(
+            f"llvm.masked.load.{suffix(wide)}.p0", wide, [PTR, I32, mask.type, wide]
+        )
+        loaded = b.call(
+            fn,
+            [
+                self.address(tensor, dtype, base),
+                ir.Constant(I32, _align(dtype)),
+                mask,
+                ir.Constant(wide, None),
+            ],
+        )
+        picks = ir.Constant(ir.VectorType(I32, count), [stride * lane for lane in range(count)])
+        return b.shuffle_vector(loaded, ir.Constant(wide, None), picks)
 
     def store(self, tensor: str, dtype: str, text: str, value: ir.Value) -> None:
         b = self.b

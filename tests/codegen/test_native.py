@@ -228,3 +228,17 @@ def test_accumulators_are_kept_in_registers_across_the_reduction() -> None:
     np.testing.assert_allclose(
         native.outputs(inputs)["Y"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "bool"])
+@pytest.mark.parametrize("stride", [2, 3, 4, 5])
+def test_strided_vector_loads(stride: int, dtype: str) -> None:
+    """Lanes `stride` apart: strides up to 4 are one masked wide load and a shuffle (the
+    last row's last lane reads the buffer's last element, so nothing past it may be
+    touched), wider ones a load per lane; both give the reference's values."""
+    lanes = 16
+    cols = stride * (lanes - 1) + 2
+    k = kernel(f"Y[i, j] = A[i, {stride}*j + 1]", A=(3, cols), dtype=dtype, extents={"j": lanes})
+    schedule = T.vectorize(initial_schedule(k), "j")
+    check(schedule, inputs_for(k))
+    assert ("llvm.masked.load" in NativeKernel(schedule).ir) is (stride <= 4)
