@@ -35,12 +35,12 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
         inner = [
             p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path) and p not in handled
         ]
-        band = _at(tree, path)
         partial = _partial(tree, domain, path, inner)
         if partial is None or ih.has_divs(partial):
             # no partial tile, or partial tiles of a loop fused through a modulo: isolating
             # those multiplies isl's pieces (and the AST check's work) for little gain
             continue
+        band = _at(tree, path)
         outer = band.child(0).get_prefix_schedule_union_map().intersect_domain(domain)
         region = isl.Set.from_union_set(outer.range()).subtract(partial)
         if region.is_empty():
@@ -52,13 +52,15 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
 
 
 def has_partial_tiles(schedule: Schedule, loop: str) -> bool:
-    """Whether some loop nested in `loop` runs fewer times for some of its values."""
+    """Whether a vector or unrolled loop nested in `loop` runs fewer times for some of
+    its values (a partial tile). Other loops may vary (a padded convolution's taps at the
+    border) without harm to codegen."""
     tree = to_isl(schedule)
     bands = _bands(tree)
     path = next((p for p, name, _ in bands if name == loop), None)
     if path is None:
         return False
-    inner = [p for p, _, _ in bands if _below(p, path)]
+    inner = [p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path)]
     return _partial(tree, tree.get_domain(), path, inner) is not None
 
 

@@ -96,13 +96,19 @@ def test_partial_tiles_are_detected_per_loop() -> None:
     assert not has_partial_tiles(even, "j0")
     assert not has_partial_tiles(uneven, "j1")  # nothing inside it varies
     assert not has_partial_tiles(uneven, "no_such_loop")
+    # a loop that is neither vector nor unrolled may vary without harm
+    plain = T.reorder(
+        T.split(initial_schedule(mm_relu(3, 13, 5)), "j", (None, 8)), "i", "j0", "k", "j1"
+    )
+    assert not has_partial_tiles(plain, "j0")
 
 
 @pytest.mark.parametrize(("m", "parallel"), [(13, "i"), (16, "i_j0_f")])
 def test_parallel_fusion_stops_at_uneven_tiles(m: int, parallel: str) -> None:
     """i has 4 values (enough for 2 threads, not for balance): it is fused with j0 only
-    when j0's tiles are all full."""
+    when the vector loops of j0's tiles are all full."""
     schedule = T.split(initial_schedule(mm_relu(4, m, 5)), "j", (None, 8))
+    schedule = T.vectorize(T.reorder(schedule, "i", "j0", "k", "j1"), "j1")
     config = DefaultConfig(threads=2, min_parallel_work=0)
     schedule = parallelize_outer(schedule, "Y", config)
     assert [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "parallel"] == [parallel]
