@@ -6,13 +6,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from polytile.errors import InputError
-from polytile.poly.kernel import Role
+from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import allocate
 from polytile.poly.schedule import Schedule
 
@@ -30,18 +30,25 @@ def _runtime_part(target: Target) -> Part:
     return compile_part(finalize(runtime_module(target).module, target), target)
 
 
-class NativeKernel:
-    """`kernel(inputs)` runs the compiled schedule and returns every buffer afterwards."""
+def build_part(schedule: Schedule, target: Target) -> tuple[str, Part, tuple[str, ...]]:
+    """The schedule's kernel as LLVM IR, as machine code, and its parameters (the
+    tensors whose buffers it takes, in order)."""
+    mc, fn = kernel_module(schedule, NAME, target)
+    ir = finalize(mc.module, target)
+    return ir, compile_part(ir, target), fn.params
 
-    def __init__(self, schedule: Schedule, target: Target | None = None) -> None:
-        self.schedule = schedule
-        self.target = target or host()
-        mc, fn = kernel_module(schedule, NAME, self.target)
-        self.ir = finalize(mc.module, self.target)
-        self.params = fn.params
-        self._parts = [compile_part(self.ir, self.target), _runtime_part(self.target)]
-        self._jit = JitModule(self._parts, self.target)
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(fn.params))(
+
+class LoadedKernel:
+    """A kernel's machine code loaded into this process: `kernel(inputs)` runs it and
+    returns every buffer afterwards. The code may come from elsewhere (a Dask worker built
+    it); `kernel` is the one it was built from."""
+
+    def __init__(self, kernel: Kernel, part: Part, params: Sequence[str], target: Target) -> None:
+        self.kernel = kernel
+        self.target = target
+        self.params = tuple(params)
+        self._jit = JitModule([part, _runtime_part(target)], target)
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.params))(
             self._jit.address(NAME)
         )
 
@@ -50,7 +57,7 @@ class NativeKernel:
 
     def buffers(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every tensor's buffer: inputs checked and copied, constants, zeroed others."""
-        return allocate(self.schedule.kernel, inputs)
+        return allocate(self.kernel, inputs)
 
     def run_on(self, buffers: Mapping[str, np.ndarray]) -> None:
         """Run in place on buffers from `buffers()` (no checks, no copies)."""
@@ -63,13 +70,13 @@ class NativeKernel:
 
     def outputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         buffers = self(inputs)
-        return {t.name: buffers[t.name] for t in self.schedule.kernel.outputs()}
+        return {t.name: buffers[t.name] for t in self.kernel.outputs()}
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
         return {
             t.name: rng.standard_normal(t.shape).astype(t.dtype)
-            for t in self.schedule.kernel.tensors.values()
+            for t in self.kernel.tensors.values()
             if t.role is Role.INPUT
         }
 
@@ -93,7 +100,17 @@ class NativeKernel:
         return Timing(tuple(results))
 
     def gflops(self, seconds: float) -> float:
-        return self.schedule.kernel.flops() / seconds / 1e9
+        return self.kernel.flops() / seconds / 1e9
+
+
+class NativeKernel(LoadedKernel):
+    """One kernel under one schedule, compiled here for `target` (the host by default)."""
+
+    def __init__(self, schedule: Schedule, target: Target | None = None) -> None:
+        self.schedule = schedule
+        target = target or host()
+        self.ir, part, params = build_part(schedule, target)
+        super().__init__(schedule.kernel, part, params, target)
 
     def assembly(self) -> str:
         return emit_assembly(optimize(self.ir, self.target), self.target)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from polytile.errors import IllegalSchedule
 
+from . import isl_helpers as ih
 from . import transform as T
 from .expr import loads
 from .inline import inline_statement
@@ -59,8 +60,6 @@ def _depends(load_index: tuple, dim: str) -> bool:
 
 def main_statement(kernel: Kernel) -> Statement:
     """The statement doing the most work: the largest reduction, else the last one."""
-    from . import isl_helpers as ih
-
     reductions = [s for s in kernel.statements if s.reduction]
     if reductions:
         return max(
@@ -128,13 +127,14 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     # two vectors per row when they fit evenly: twice the independent accumulators
     factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
     rows = gemm_block(reduce_extent, config)
-    blocked = block is not None and T.loop_extent(schedule, block) >= 2 * rows
+    if block is not None and T.loop_extent(schedule, block) < 2 * rows:
+        block = None  # too short to hold two register blocks
     schedule = pack_weights(
         schedule,
         main.name,
         (
             (vec_dim if extent >= 2 * width else None, factor),
-            (dim_of[block] if blocked and block is not None else None, rows),
+            (dim_of[block] if block is not None else None, rows),
         ),
     )
     if extent >= 2 * width:
@@ -144,7 +144,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             inner.append(v1)
         except IllegalSchedule:
             pass
-    if blocked and block is not None:
+    if block is not None:
         try:
             schedule, (b0, b1) = T.split_named(schedule, block, (None, rows))
             outer[outer.index(block)] = b0
@@ -504,8 +504,6 @@ def parallelize_outer(
 def _instances(schedule: Schedule, stmt: str) -> int:
     """The statement's instances, bounded by its domain's box (counting a padded
     convolution's domain exactly costs isl seconds)."""
-    from . import isl_helpers as ih
-
     return ih.box_volume(schedule.kernel.statement[stmt].domain_set())
 
 

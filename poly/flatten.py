@@ -13,10 +13,23 @@ planes. A pooling over whole planes becomes a reduction along one contiguous axi
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from . import isl_helpers as ih
 from .expr import Expr, Iter, Load, rewrite, walk
 from .kernel import Kernel, Statement, Tensor, mentions
+
+if TYPE_CHECKING:
+    from polytile.frontend.fusion import Group
+    from polytile.frontend.graph import Graph
+
+
+def kernel_of(graph: Graph, group: Group) -> Kernel:
+    """A fused group's kernel as `compile`, task extraction and `explain` see it: lowered,
+    then its whole planes flattened."""
+    from .lower import lower
+
+    return flatten_planes(lower(graph, group))
 
 
 def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:
@@ -37,11 +50,7 @@ def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> _Plane | None:
     pairs = {index[-2:] for tensor, index in accesses if tensor in flat}
     if len(pairs) != 1:
         return None
-    a, b = next(iter(pairs))
-    if not (isinstance(a, str) and isinstance(b, str)) or a == b:
-        return None
-    if a not in s.dims or b not in s.dims:
-        return None
+    a, b = next(iter(pairs))  # two distinct dims of `s` (`flatten_planes` made sure)
     for tensor, index in accesses:
         rest = index[:-2] if tensor in flat else index
         for entry in rest:
@@ -67,9 +76,7 @@ def flatten_planes(kernel: Kernel) -> Kernel:
             if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(s.dims):
                 flat.discard(tensor)
     planes: dict[str, _Plane] = {}
-    changed = True
-    while changed and flat:  # a statement that cannot flatten pins every tensor it touches
-        changed = False
+    while flat:  # a statement that cannot flatten pins every tensor it touches: start over
         planes = {}
         for s in kernel.statements:
             touched = {t for t, _ in _accesses(s)} & flat
@@ -78,9 +85,10 @@ def flatten_planes(kernel: Kernel) -> Kernel:
             pair = _plane(kernel, s, flat)
             if pair is None:
                 flat -= touched
-                changed = True
                 break
             planes[s.name] = pair
+        else:
+            break
     if not flat:
         return kernel
     tensors = {name: _flat_tensor(t) if name in flat else t for name, t in kernel.tensors.items()}

@@ -30,7 +30,7 @@ from polytile.errors import IllegalSchedule
 from . import isl_helpers as ih
 from .expr import Binary, Cast, Const, Expr, Iter, Load, Select, loads, rewrite, walk
 from .kernel import Kernel, Role, Statement
-from .schedule import Leaf, Loop, Node, Schedule, Step, _sample, carried, check_order
+from .schedule import Leaf, Loop, Node, Schedule, Step, check_marks, check_order
 
 
 def inline(kernel: Kernel, statement: str) -> Kernel:
@@ -103,7 +103,7 @@ def inline(kernel: Kernel, statement: str) -> Kernel:
             if not all(isinstance(i, str) for i in e.index):
                 raise refuse(f"{consumer.name} reads {temp.name} at an indirect index")
             index: tuple[str, ...] = e.index  # type: ignore[assignment]
-            read = _access(consumer, temp.name, index)
+            read = consumer._load_map(Load(temp.name, index, temp.dtype))
             if not read.range().is_subset(written):
                 outside = read.subtract_range(written)
                 raise refuse(
@@ -124,8 +124,7 @@ def inline(kernel: Kernel, statement: str) -> Kernel:
         for s in kernel.statements
         if s.tensor != temp.name
     )
-    used = {ld.tensor for s in statements for ld in loads(s.expr)} | {s.tensor for s in statements}
-    tensors = {k: t for k, t in kernel.tensors.items() if k != temp.name or k in used}
+    tensors = {k: t for k, t in kernel.tensors.items() if k != temp.name}
     return Kernel(kernel.name, tensors, statements)
 
 
@@ -150,10 +149,6 @@ def _inverse(
     if missing:
         raise refuse(f"{w.name}'s dims {missing} are not in its index (elements written twice)")
     return found
-
-
-def _access(s: Statement, tensor: str, index: tuple[str, ...]) -> isl.Map:
-    return ih.parse_map(ih.access(s.name, s.dims, tensor, index)).intersect_domain(s.domain_set())
 
 
 def _combine(
@@ -273,15 +268,7 @@ def inline_statement(schedule: Schedule, stmt: str) -> Schedule:
         schedule, kernel=kernel, body=body, trace=(*schedule.trace, Step("inline", {"stmt": stmt}))
     )
     check_order(result, step)
-    for loop, _ in result.loops():
-        if loop.annotation in ("parallel", "vector"):
-            deps = carried(result, loop.name, include_reductions=True)
-            if not deps.is_empty():
-                raise IllegalSchedule(
-                    f"kernel {kernel.name}: {step} leaves {loop.annotation} loop {loop.name} "
-                    f"carrying the dependence {_sample(deps)}"
-                )
-    return result
+    return check_marks(result, f"kernel {kernel.name}: {step}")
 
 
 def _prune(nodes: tuple[Node, ...], gone: set[str]) -> tuple[Node, ...]:

@@ -317,3 +317,21 @@ def _sample(relation: isl.UnionMap) -> str:
     found: list[str] = []
     relation.foreach_map(lambda m: found.append(str(m.sample())) if not found else None)
     return found[0] if found else str(relation)
+
+
+def check_not_carried(schedule: Schedule, loop: str, step: str) -> None:
+    """IllegalSchedule (naming `step`) when the loop carries a dependence."""
+    deps = carried(schedule, loop, include_reductions=True)
+    if not deps.is_empty():
+        raise IllegalSchedule(f"{step}: loop {loop} carries the dependence {_sample(deps)}")
+
+
+def check_marks(schedule: Schedule, step: str) -> Schedule:
+    """After loops moved or statements changed, the parallel / vector marks must still be
+    legal."""
+    for loop, _ in schedule.loops():
+        if loop.annotation in ("parallel", "vector"):
+            check_not_carried(
+                schedule, loop.name, f"{step} (keeping {loop.annotation} on {loop.name})"
+            )
+    return schedule

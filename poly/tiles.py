@@ -35,13 +35,15 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
         inner = [
             p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path) and p not in handled
         ]
-        partial = _partial(tree, domain, path, inner)
+        if not inner:
+            continue
+        band = _at(tree, path)
+        outer = _prefix(band, domain)
+        partial = _partial(tree, outer, inner)
         if partial is None or ih.has_divs(partial):
             # no partial tile, or partial tiles of a loop fused through a modulo: isolating
             # those multiplies isl's pieces (and the AST check's work) for little gain
             continue
-        band = _at(tree, path)
-        outer = band.child(0).get_prefix_schedule_union_map().intersect_domain(domain)
         region = isl.Set.from_union_set(outer.range()).subtract(partial)
         if region.is_empty():
             continue
@@ -61,17 +63,19 @@ def has_partial_tiles(schedule: Schedule, loop: str) -> bool:
     if path is None:
         return False
     inner = [p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path)]
-    return _partial(tree, tree.get_domain(), path, inner) is not None
-
-
-def _partial(
-    tree: isl.Schedule, domain: isl.UnionSet, path: Path, inner: list[Path]
-) -> isl.Set | None:
-    """The values of the band at `path` (with its outer loops') where a loop at one of
-    the `inner` paths runs less than its whole trip count; None when there are none."""
     if not inner:
-        return None
-    outer = _at(tree, path).child(0).get_prefix_schedule_union_map().intersect_domain(domain)
+        return False
+    return _partial(tree, _prefix(_at(tree, path), tree.get_domain()), inner) is not None
+
+
+def _prefix(band: isl.ScheduleNode, domain: isl.UnionSet) -> isl.UnionMap:
+    """Each instance below the band → the values of the band and the loops outside it."""
+    return band.child(0).get_prefix_schedule_union_map().intersect_domain(domain)
+
+
+def _partial(tree: isl.Schedule, outer: isl.UnionMap, inner: list[Path]) -> isl.Set | None:
+    """The values of a band (`outer`: its prefix schedule) where a loop at one of the
+    `inner` paths runs less than its whole trip count; None when there are none."""
     partial: isl.Set | None = None
     for p in inner:
         found = ih.partial_trip_region(outer, _at(tree, p).child(0).get_prefix_schedule_union_map())

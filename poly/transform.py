@@ -33,8 +33,8 @@ from .schedule import (
     Schedule,
     Step,
     _outer_map,
-    _sample,
-    carried,
+    check_marks,
+    check_not_carried,
     check_order,
     initial_schedule,
     statements_below,
@@ -185,7 +185,7 @@ def reorder(schedule: Schedule, *order: str) -> Schedule:
     body = _replace_top(schedule.body, top, inner[0])
     result = schedule.with_step(body, Step("reorder", {"order": tuple(order)}))
     check_order(result, step)
-    return _check_marks(result, step)
+    return check_marks(result, step)
 
 
 def _replace_top(nodes: tuple[Node, ...], name: str, new: Node) -> tuple[Node, ...]:
@@ -238,7 +238,7 @@ def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
     body = _replace_top(schedule.body, path[0].name, fused)
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
     check_order(result, step)
-    result = _check_marks(result, step)
+    result = check_marks(result, step)
     try:
         verify_ast(result)
     except IllegalSchedule as err:
@@ -340,7 +340,7 @@ def _place(
         args["before"] = position
     result = schedule.with_step(new_body, Step(kind, args))
     check_order(result, step)
-    return _check_marks(result, step)
+    return check_marks(result, step)
 
 
 def compute_at(schedule: Schedule, stmt: str, loop: str) -> Schedule:
@@ -393,16 +393,10 @@ def _annotate(schedule: Schedule, loop: str, annotation: str) -> Schedule:
     return schedule.with_step(body, Step(kind, {"loop": loop}))
 
 
-def _no_carried(schedule: Schedule, loop: str, step: str) -> None:
-    deps = carried(schedule, loop, include_reductions=True)
-    if not deps.is_empty():
-        raise IllegalSchedule(f"{step}: loop {loop} carries the dependence {_sample(deps)}")
-
-
 def parallel(schedule: Schedule, loop: str) -> Schedule:
     """Run the loop's iterations on several threads: it must carry no dependence."""
     schedule.loop(loop)
-    _no_carried(schedule, loop, f"parallel({loop})")
+    check_not_carried(schedule, loop, f"parallel({loop})")
     return _annotate(schedule, loop, "parallel")
 
 
@@ -411,21 +405,13 @@ def vectorize(schedule: Schedule, loop: str) -> Schedule:
     target = schedule.loop(loop)
     if any(isinstance(c, Loop) for c in target.body):
         raise IllegalSchedule(f"vectorize({loop}): only an innermost loop can be vectorized")
-    _no_carried(schedule, loop, f"vectorize({loop})")
+    check_not_carried(schedule, loop, f"vectorize({loop})")
     return _annotate(schedule, loop, "vector")
 
 
 def unroll(schedule: Schedule, loop: str) -> Schedule:
     schedule.loop(loop)
     return _annotate(schedule, loop, "unroll")
-
-
-def _check_marks(schedule: Schedule, step: str) -> Schedule:
-    """After a loop moved, its parallel / vector marks must still be legal."""
-    for loop, _ in schedule.loops():
-        if loop.annotation in ("parallel", "vector"):
-            _no_carried(schedule, loop.name, f"{step} (keeping {loop.annotation} on {loop.name})")
-    return schedule
 
 
 # --- layouts -----------------------------------------------------------------------------
@@ -516,6 +502,7 @@ STEP_ARGS: Mapping[str, Mapping[str, str]] = {
     "rfactor": {"stmt": "name", "dim": "name", "factor": "int"},
     "inline": {"stmt": "name"},
 }
+assert set(STEP_ARGS) == set(STEPS), "every step kind needs its argument spec"
 
 
 _KINDS = {

@@ -99,8 +99,7 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
     """The kernel of each selected group under its default schedule, as C-like code."""
     from polytile.poly.ast import explain
     from polytile.poly.default import default_schedule
-    from polytile.poly.flatten import flatten_planes
-    from polytile.poly.lower import lower
+    from polytile.poly.flatten import kernel_of
 
     if which == "all":
         selected = list(parts.groups)
@@ -112,7 +111,7 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
                 f"--kernel takes a group index 0..{len(parts.groups) - 1} or 'all', not {which}"
             ) from None
     for group in selected:
-        kernel = flatten_planes(lower(graph, group))  # as `compile` schedules it
+        kernel = kernel_of(graph, group)  # as `compile` schedules it
         print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops")
         print(explain(default_schedule(kernel)), end="")
 
@@ -200,6 +199,7 @@ def describe(name: str, seconds: float, stats: Any) -> str:
 
 
 def exit_code(error: BaseException) -> int:
+    """Bad input, polytile's own error about the model, or a bug."""
     if isinstance(error, BAD_INPUT):
         return EXIT_BAD_INPUT
     return EXIT_ERROR if isinstance(error, PolytileError) else EXIT_INTERNAL
@@ -538,16 +538,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except BAD_INPUT as exc:
-        print(f"polytile: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except PolytileError as exc:
-        print(f"polytile: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception:  # a bug: show everything
-        traceback.print_exc()
-        print("polytile: internal error (a bug in polytile); please report it", file=sys.stderr)
-        return EXIT_INTERNAL
+    except Exception as exc:
+        code = exit_code(exc)
+        if code == EXIT_INTERNAL:  # a bug: show everything
+            traceback.print_exc()
+            print("polytile: internal error (a bug in polytile); please report it", file=sys.stderr)
+        else:
+            print(f"polytile: error: {exc}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

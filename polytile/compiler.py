@@ -36,9 +36,8 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.flatten import flatten_planes
+from polytile.poly.flatten import kernel_of
 from polytile.poly.kernel import Kernel, Role
-from polytile.poly.lower import lower
 from polytile.poly.schedule import Schedule, initial_schedule
 from polytile.poly.transform import replay
 
@@ -87,12 +86,12 @@ def compile(
     stats.frontend = time.perf_counter() - start
     target = target or host(num_threads, opt_level)
     config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
-    tuned = _best_records(records, target)
+    tuned = tuned_records(records, target)
     schedules: list[Schedule] = []
     by_workload: dict[str, Schedule] = {}
     for done, group in enumerate(parts.groups):
         t0 = time.perf_counter()
-        kernel, _ = canonicalize(flatten_planes(lower(graph, group)))
+        kernel, _ = canonicalize(kernel_of(graph, group))
         t1 = time.perf_counter()
         key = kernel.workload_key()
         if key in by_workload:  # an identical group: same loops, its own weights
@@ -108,7 +107,7 @@ def compile(
     return build(graph, schedules, target, stats)
 
 
-def _best_records(records: object, target: Target) -> dict[str, Any]:
+def tuned_records(records: object, target: Target) -> dict[str, Any]:
     """The best verified record per workload for this target (none without records)."""
     if records is None:
         return {}

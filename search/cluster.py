@@ -31,8 +31,6 @@ failures`, 3 retries by default; 0 fails fast). Only this module imports `distri
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import multiprocessing
 import os
 import socket
@@ -48,14 +46,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
-from polytile.codegen.jit import JitModule, Part, compile_part, finalize
-from polytile.codegen.module import kernel_module, runtime_module
-from polytile.codegen.native import NAME
+from polytile.codegen.jit import Part
+from polytile.codegen.native import build_part
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule, InputError, PolytileError
 from polytile.poly.kernel import Kernel
+
+from .records import Record
 
 #: seconds to reach a scheduler and to find a worker there
 CONNECT_TIMEOUT = 10.0
@@ -73,8 +70,9 @@ def _distributed(purpose: str) -> ModuleType:
 
 def connect(address: str, timeout: float | None = None) -> Any:
     """A `distributed.Client` of the scheduler at `address` that has a worker, within
-    `timeout` seconds (default `CONNECT_TIMEOUT`), else an InputError naming the address.
-    It is never the default client: a user's own Dask code is left alone."""
+    `timeout` seconds (default `CONNECT_TIMEOUT`), whose workers can build for this host
+    (`check_workers`); else an InputError naming the address or the worker. It is never the
+    default client: a user's own Dask code is left alone."""
     distributed = _distributed(f"the Dask scheduler {address!r}")
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     try:
@@ -90,6 +88,11 @@ def connect(address: str, timeout: float | None = None) -> Any:
         raise InputError(
             f"the Dask scheduler at {address!r} has no worker (waited {timeout:g} s)"
         ) from None
+    try:
+        check_workers(client, address)
+    except BaseException:
+        client.close()
+        raise
     return client
 
 
@@ -176,39 +179,10 @@ def build_candidate(
         except IllegalSchedule as err:
             return RemoteBuild("illegal", str(err))
         try:
-            mc, fn = kernel_module(schedule, NAME, target)
-            part = compile_part(finalize(mc.module, target), target)
+            _, part, params = build_part(schedule, target)
         except Exception as err:  # a build failure is a result of the candidate
             return RemoteBuild("build", f"{type(err).__name__}: {err}")
-    return RemoteBuild(None, "", part, fn.params, (start, time.time()), schedule.kernel)
-
-
-@functools.cache
-def _runtime_part(target: Target) -> Part:
-    """The runtime's globals, which every kernel links, compiled once per target."""
-    return compile_part(finalize(runtime_module(target).module, target), target)
-
-
-class PrebuiltKernel:
-    """A candidate's machine code built elsewhere, loaded into this process: what a measuring
-    worker verifies and times, with `NativeKernel`'s `buffers` and `run_on`. `kernel` is the
-    one the code was built from (its schedule's), not the task's."""
-
-    def __init__(self, kernel: Kernel, part: Part, params: Sequence[str], target: Target) -> None:
-        from polytile.poly.reference import allocate
-
-        self._allocate = functools.partial(allocate, kernel)
-        self.params = tuple(params)
-        self._jit = JitModule([part, _runtime_part(target)], target)
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.params))(
-            self._jit.address(NAME)
-        )
-
-    def buffers(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._allocate(inputs)
-
-    def run_on(self, buffers: Mapping[str, np.ndarray]) -> None:
-        self._fn(*[buffers[p].ctypes.data for p in self.params])
+    return RemoteBuild(None, "", part, params, (start, time.time()), schedule.kernel)
 
 
 class RemoteBuilder:
@@ -225,7 +199,6 @@ class RemoteBuilder:
         self.address, self.target, self.timeout = address, target, timeout
         self._client = connect(address)
         try:
-            check_workers(self._client, address)
             #: a worker runs on this host: no build may then overlap a timed run
             self.colocated = self._colocated()
         except BaseException:
@@ -464,21 +437,24 @@ def compile_many(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = host(num_threads, opt_level)
+    # the best record of each workload for this host, read once for every model (and
+    # what travels to the cluster)
+    from polytile.compiler import tuned_records
+
+    best = list(tuned_records(records, target).values()) if records is not None else None
     report = progress or (lambda result: None)
     results: dict[str, CompileResult] = {}
     if scheduler is None:
         for name, source in named.items():
             try:
-                compiled, seconds = _compile(source, seed, target, input_shapes, records)
+                compiled, seconds = _compile(source, seed, target, input_shapes, best)
                 path = compiled.save(out / f"{name}.ptm")
                 results[name] = CompileResult(name, path, None, seconds, compiled.stats)
             except Exception as err:  # one model's failure, reported with its name
                 results[name] = CompileResult(name, error=err)
             report(results[name])
     else:
-        for result in _compile_on_cluster(
-            named, out, scheduler, seed, target, input_shapes, records
-        ):
+        for result in _compile_on_cluster(named, out, scheduler, seed, target, input_shapes, best):
             results[result.name] = result
             report(result)
     return [results[name] for name in named]
@@ -491,22 +467,14 @@ def _compile_on_cluster(
     seed: int,
     target: Target,
     input_shapes: Mapping[str, Sequence[int]] | None,
-    records: str | os.PathLike[str] | None,
+    best: list[Record] | None,
 ) -> Iterator[CompileResult]:
     """Yield each model's result as its task ends. Zoo models are materialized on the
     workers; files travel as bytes (a worker cannot read this host's paths); the records
     travel as the best record of each workload for this host."""
-    best = None
-    if records is not None:
-        from polytile.search.records import RecordFile, best_records
-
-        if not Path(records).is_file():
-            raise InputError(f"records file '{records}' does not exist")
-        best = list(best_records(RecordFile(records), target.key()).values())
     distributed = _distributed(f"the Dask scheduler {scheduler!r}")
     client = connect(scheduler)
     try:
-        check_workers(client, scheduler)
         futures = {}
         for name, source in named.items():
             payload = source.read_bytes() if isinstance(source, Path) else source

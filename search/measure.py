@@ -24,8 +24,8 @@ build on the cluster is an error record of the same kind as here. When a Dask wo
 on this host, the cluster builds nothing while a candidate is timed.
 
 Timing: `warmup` runs, then `repeat` measurements of `number` runs each; `number` grows
-until one measurement lasts `min_repeat_ms`; with `flush_cache` a buffer larger than the
-last-level cache is written before each measurement.
+until one measurement lasts `min_repeat_ms`. With `flush_cache` a buffer larger than the
+last-level cache is written before every timed run instead, and `number` stays as given.
 """
 
 from __future__ import annotations
@@ -128,29 +128,37 @@ def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
     from flushed caches, as a kernel of a model meets its weights (TVM's
     `enable_cpu_cache_flush`): the `number` runs are timed one by one, the flushes left
     out, and `min_repeat_ms` does not apply (each run costs a flush)."""
-    flush = np.zeros(FLUSH_BYTES // 8) if config.flush_cache else None
     for _ in range(config.warmup):
         native.run_on(buffers)
+    if config.flush_cache:
+        return _time_cold(native, buffers, config)
     number = config.number
     results = []
     for _ in range(config.repeat):
         while True:
-            elapsed = 0.0
-            if flush is None:
-                start = time.perf_counter()
-                for _ in range(number):
-                    native.run_on(buffers)
-                elapsed = time.perf_counter() - start
-            else:
-                for _ in range(number):
-                    _flush(flush)
-                    start = time.perf_counter()
-                    native.run_on(buffers)
-                    elapsed += time.perf_counter() - start
-            if flush is not None or elapsed * 1e3 >= config.min_repeat_ms or number >= 1 << 20:
+            start = time.perf_counter()
+            for _ in range(number):
+                native.run_on(buffers)
+            elapsed = time.perf_counter() - start
+            if elapsed * 1e3 >= config.min_repeat_ms or number >= 1 << 20:
                 break
             number *= 2
         results.append(elapsed / number)
+    return results
+
+
+def _time_cold(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
+    """`_time` with a cache flush before every timed run (its time left out)."""
+    flush = np.zeros(FLUSH_BYTES // 8)
+    results = []
+    for _ in range(config.repeat):
+        elapsed = 0.0
+        for _ in range(config.number):
+            _flush(flush)
+            start = time.perf_counter()
+            native.run_on(buffers)
+            elapsed += time.perf_counter() - start
+        results.append(elapsed / config.number)
     return results
 
 
@@ -177,10 +185,10 @@ def _load(
 ) -> tuple:
     """Load a candidate the cluster built from `kernel` (the task's, rewritten by its
     trace), then verify it as `_build` does."""
-    from .cluster import PrebuiltKernel
+    from polytile.codegen.native import LoadedKernel
 
     try:
-        native = PrebuiltKernel(kernel, part, params, target)
+        native = LoadedKernel(kernel, part, params, target)
     except Exception as err:  # machine code that does not load is a build failure
         return "build", f"{type(err).__name__}: {err}", None
     return _verify(native, task, config)

@@ -18,7 +18,8 @@ rows in registers) or mutated from a parent; building it applies the transformat
 each checked by the poly layer, and records the trace. A decision that would be illegal
 is dropped (that step is skipped), so every candidate is a legal, replayable trace
 before anything is measured. `default_decisions` is the sketch's version of the default
-schedule (nothing inlined): the evolutionary search starts from it.
+schedule (epilogue chains inlined, prologues materialized): the evolutionary search
+starts from it.
 
 Inlining rewrites the kernel, so its steps come first in the trace (after rfactor, which
 must be first): the loops of the statements that remain keep their names.
@@ -108,6 +109,7 @@ class SearchSpace:
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
         #: statements that may be inlined (one per temporary: the first of its writers)
         self.inlinable = _inlinable(kernel)
+        self._inlined: dict[tuple[int, tuple[str, ...]], Schedule] = {}
         self._choices = self._make_choices()
         self._default = self._make_default()
 
@@ -237,12 +239,12 @@ class SearchSpace:
             dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
             factored = _try(schedule, lambda s: rfactor(s, main.name, dim, factor))
             if factored is not schedule:  # partial results in vectors, then combined
-                factored = self._inline(factored, decisions)
+                factored = self._inline(factored, decisions, factor)
                 for node in list(factored.body):
                     if isinstance(node, Loop):
                         factored = self._simple(factored, node.name, decisions)
                 return Candidate(dict(decisions), factored)
-        schedule = self._inline(schedule, decisions)
+        schedule = self._inline(schedule, decisions, 0)
         if main.reduction and self.spatial:
             schedule = self._reduction(schedule, decisions)
         done = set()
@@ -256,13 +258,19 @@ class SearchSpace:
             schedule = self._simple_main(schedule, decisions)
         return Candidate(dict(decisions), schedule)
 
-    def _inline(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
+    def _inline(self, schedule: Schedule, d: Mapping[str, Any], start: int) -> Schedule:
         """The chosen statements inlined, in program order (an inline that a previous one
-        made illegal is skipped)."""
-        for stmt in self.inlinable:
-            if d.get(f"{INLINE}{stmt}", False):
-                schedule = _try(schedule, lambda s, st=stmt: inline_statement(s, st))
-        return schedule
+        made illegal is skipped). `start` says which schedule this begins from (the
+        rfactor factor; 0 for the initial schedule): every candidate with the same start
+        and choices shares the result, computed once (inlining costs isl work)."""
+        chosen = tuple(st for st in self.inlinable if d.get(f"{INLINE}{st}", False))
+        found = self._inlined.get((start, chosen))
+        if found is None:
+            found = schedule
+            for stmt in chosen:
+                found = _try(found, lambda s, st=stmt: inline_statement(s, st))
+            self._inlined[(start, chosen)] = found
+        return found
 
     def _split(self, schedule: Schedule, loop: str, factor: int) -> tuple[Schedule, list[str]]:
         if factor < 2 or T.loop_extent(schedule, loop) <= factor:

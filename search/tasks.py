@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import ModelSource
 from polytile.poly.canonical import canonicalize
-from polytile.poly.flatten import flatten_planes
+from polytile.poly.flatten import kernel_of
 from polytile.poly.kernel import Kernel
-from polytile.poly.lower import lower
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ def extract_tasks(
     graph = optimize(graph)
     found: dict[str, Task] = {}
     for group in partition(graph).groups:
-        kernel, _ = canonicalize(flatten_planes(lower(graph, group)))
+        kernel, _ = canonicalize(kernel_of(graph, group))
         key = kernel.workload_key()
         if key in found:
             t = found[key]

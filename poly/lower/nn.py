@@ -180,9 +180,9 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     where = [c for axis in bounds for c in axis]
     x_index = ("n", channel, *spatial)
     # a one-tap axis has no tap loop: its weight index is 0
-    wide = [i for i in range(rank) if w.shape[2 + i] > 1]
+    wide = [i for i in range(rank) if window.kernel[i] > 1]  # as `_window_taps` decides
     w_index = ("m", "c", *(k[i] if i in wide else "0" for i in range(rank)))
-    taps = (("c", *(k[i] for i in wide)), (per_group_in, *(w.shape[2 + i] for i in wide)))
+    taps = (("c", *(k[i] for i in wide)), (per_group_in, *(window.kernel[i] for i in wide)))
     return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
 
 

@@ -227,7 +227,6 @@ def test_profile_times_every_call_and_gives_the_outputs(block) -> None:
     assert [c.function for c in profile.calls] == [c.function for c in compiled.manifest.calls]
     assert [c.index for c in profile.calls] == list(range(len(compiled.manifest.calls)))
     assert all(c.seconds > 0 for c in profile.calls)
-    assert profile.total == pytest.approx(sum(c.seconds for c in profile.calls))
     (want,) = compiled.run({"x": x})
     (got,) = profile.outputs
     assert got.shape == want.shape and got.dtype == want.dtype

@@ -78,8 +78,9 @@ def test_a_1x1_conv_with_its_epilogue_becomes_a_matrix_product() -> None:
 
 
 def test_a_long_contiguous_row_takes_the_matrix_product_plan() -> None:
-    """56×56 flattens into 196 whole vectors: vectors run along the plane. A 7×7 image
-    would end in a partial vector: it keeps vectors across the channels."""
+    """An 8×8 image flattens into whole vectors of the test's width: vectors run along
+    the plane. A 7×7 image wastes too many lanes in its partial last vector: it keeps
+    vectors across the channels."""
     for size, vector_dim in ((8, "oh_ow"), (7, "m")):
         k, inputs, want = conv1x1_add_relu(size)
         flat = flatten_planes(k)

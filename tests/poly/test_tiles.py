@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from polytile.codegen.native import NativeKernel
+from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.ast import AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.ast_check import verify_ast
@@ -124,14 +125,25 @@ def test_the_ast_check_reads_a_loop_reusing_an_outer_iterator_name() -> None:
         "Y": Call("Y", (Int(0), Var("x"), Int(0))),
         "C": Call("C", (Int(0), Var("x"))),
     }
-    nests = [
-        For(
-            "x",
-            Int(0),
-            Op("le", (Var("x"), Int(0))),
-            Int(1),
-            For("x", Int(0), Op("le", (Var("x"), Int(3))), Int(1), calls[s]),
+
+    def nests(outer_last: int) -> Block:
+        """Each statement under `for x in 0..outer_last: for x in 0..3` (the inner x
+        shadows the outer one)."""
+        return Block(
+            tuple(
+                For(
+                    "x",
+                    Int(0),
+                    Op("le", (Var("x"), Int(outer_last))),
+                    Int(1),
+                    For("x", Int(0), Op("le", (Var("x"), Int(3))), Int(1), calls[s]),
+                )
+                for s in ("Y_init", "Y", "C")
+            )
         )
-        for s in ("Y_init", "Y", "C")
-    ]
-    assert verify_ast(schedule, Block(tuple(nests))) is not None
+
+    once = nests(0)
+    assert verify_ast(schedule, once) is once
+    # the outer loop's two values run every instance twice: the check must see it
+    with pytest.raises(IllegalSchedule, match="twice"):
+        verify_ast(schedule, nests(1))
