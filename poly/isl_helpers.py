@@ -215,6 +215,12 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
     return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
 
 
+def extend_dims(s: isl.Set, count: int) -> isl.Set:
+    """The set with `count` unconstrained dims appended (an outer loop's region seen
+    from a loop nested in it)."""
+    return s.add_dims(isl.dim_type.set, count)
+
+
 def has_divs(s: isl.Set) -> bool:
     """Whether the set needs an integer division (an existential variable) to say."""
     return any(part.dim(isl.dim_type.div) > 0 for part in s.get_basic_sets())

@@ -25,16 +25,16 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     them nor keep a register tile's accumulators in registers (measured 5× slower). isl's
     `isolate` option on the outermost serial loop whose values decide the trip count
     makes it emit the full tiles, where every such count is constant, and the rest
-    after them. Parallel loops are left whole (one outlined loop per thread team)."""
+    after them. An inner serial loop is isolated too when partial tiles remain inside
+    an outer loop's full tiles (a tail in both `i` and `j`). Parallel loops are left
+    whole (one outlined loop per thread team)."""
     bands = _bands(tree)
     domain = tree.get_domain()
-    handled: set[Path] = set()
+    isolated: list[tuple[Path, isl.Set]] = []
     for path, _loop, annotation in bands:
         if annotation:
             continue
-        inner = [
-            p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path) and p not in handled
-        ]
+        inner = [p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path)]
         if not inner:
             continue
         band = _at(tree, path)
@@ -44,13 +44,23 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             # no partial tile, or partial tiles of a loop fused through a modulo: isolating
             # those multiplies isl's pieces (and the AST check's work) for little gain
             continue
+        if any(_below(path, above) and _split_off(full, partial) for above, full in isolated):
+            continue
         region = isl.Set.from_union_set(outer.range()).subtract(partial)
         if region.is_empty():
             continue
         option = ih.isolate_option(region.coalesce(), band.get_schedule_depth())
         tree = band.band_set_ast_build_options(option).get_schedule()
-        handled.update(inner)
+        isolated.append((path, region))
     return tree
+
+
+def _split_off(full: isl.Set, partial: isl.Set) -> bool:
+    """Whether an outer loop's isolated full tiles (`full`, over its prefix values) hold
+    none of an inner loop's partial tiles: the outer isolation already set them apart,
+    and isolating the inner loop too would only duplicate code."""
+    extra = partial.dim(isl.dim_type.set) - full.dim(isl.dim_type.set)
+    return ih.extend_dims(full, extra).intersect(partial).is_empty()
 
 
 def has_partial_tiles(schedule: Schedule, loop: str) -> bool:

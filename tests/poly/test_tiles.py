@@ -83,6 +83,20 @@ def test_without_partial_tiles_nothing_is_duplicated() -> None:
     assert constant_bound(loops_named(ast, "j0")[0]) == 1
 
 
+def test_tails_in_two_serial_loops_are_both_set_apart() -> None:
+    """With tails in i and in j (one thread, nothing parallel), isolating i's full tiles
+    must not stop j's: inside them j's full tiles also get constant trip counts."""
+    schedule = T.split(initial_schedule(mm_relu(6, 21, 5)), "i", (None, 4))
+    schedule = T.split(schedule, "j", (None, 8))
+    schedule = T.reorder(schedule, "i0", "j0", "k", "i1", "j1")
+    schedule = T.unroll(T.unroll(schedule, "i1"), "j1")
+    ast = verify_ast(schedule)
+    assert [constant_bound(loop) for loop in loops_named(ast, "i1")] == [3, 3, 1]
+    # i's full tile: j's full tiles (j1 to 7) and j's tail (to 4); i's tail: j unsplit
+    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, None]
+    check_outputs(schedule)
+
+
 def test_a_parallel_tile_loop_stays_one_loop() -> None:
     schedule = register_tile(3, 13, 5, outer="parallel")
     ast = verify_ast(schedule)
