@@ -54,7 +54,8 @@ def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
         return schedule
 
 
-def _depends(load_index: tuple, dim: str) -> bool:
+def depends(load_index: tuple, dim: str) -> bool:
+    """Whether a load's index moves with `dim` (`2*oh + kh` does with oh)."""
     return any(mentions(str(i), dim) for i in load_index)
 
 
@@ -113,10 +114,10 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
         return _schedule_conv(schedule, main, spatial, reduce, dim_of, conv, config)
     vec = spatial[-1]
     vec_dim = dim_of[vec]
-    vec_loads = [ld for ld in loads(main.expr) if _depends(ld.index, vec_dim)]
+    vec_loads = [ld for ld in loads(main.expr) if depends(ld.index, vec_dim)]
     block = None
     for name in reversed(spatial[:-1]):
-        if all(not _depends(ld.index, dim_of[name]) for ld in vec_loads):
+        if all(not depends(ld.index, dim_of[name]) for ld in vec_loads):
             block = name
             break
     width = config.vector_width
@@ -282,7 +283,7 @@ def _conv_plan(
             continue
         for name in spatial[:-1]:
             dim = dim_of[name]
-            if dim not in ld.index or _depends(ld.index, row_dim):
+            if dim not in ld.index or depends(ld.index, row_dim):
                 continue
             others = [o for o in loads(main.expr) if o is not ld]
             extent = T.loop_extent(schedule, name)
@@ -315,9 +316,9 @@ def _streams(schedule: Schedule, main: Statement, row: str, row_dim: str, lanes:
     extent = T.loop_extent(schedule, row)
     if main.index[-1] != row_dim or extent < 2 * lanes or 8 * (-extent % lanes) > extent:
         return False
-    moving = [ld for ld in loads(main.expr) if _depends(ld.index, row_dim)]
+    moving = [ld for ld in loads(main.expr) if depends(ld.index, row_dim)]
     return bool(moving) and all(
-        ld.index[-1] == row_dim and not _depends(ld.index[:-1], row_dim) for ld in moving
+        ld.index[-1] == row_dim and not depends(ld.index[:-1], row_dim) for ld in moving
     )
 
 
@@ -357,8 +358,12 @@ def _schedule_conv(
 ) -> Schedule:
     schedule = _try(schedule, lambda s: T.pack(s, plan.weight, plan.axis, plan.lanes))
     outer = list(spatial)
-    schedule, (c0, c1) = T.split_named(schedule, plan.channel, (None, plan.lanes))
-    outer[outer.index(plan.channel)] = c0
+    c1 = plan.channel
+    if T.loop_extent(schedule, plan.channel) > plan.lanes:
+        schedule, (c0, c1) = T.split_named(schedule, plan.channel, (None, plan.lanes))
+        outer[outer.index(plan.channel)] = c0
+    else:  # one vector holds every channel
+        outer.remove(plan.channel)
     rows = plan.row
     row_inner = plan.row
     if T.loop_extent(schedule, plan.row) > plan.block:
@@ -397,7 +402,9 @@ def pack_weights(
 ) -> Schedule:
     """Constant operands (weights) of `stmt` get a blocked layout along the first of
     `packs` (dim, block size: the vector or register block the tile walks it in) that they
-    use and that holds two blocks, so each block is contiguous in memory."""
+    use and that holds two blocks, so each block is contiguous in memory; an axis that is
+    one block long and not the last is moved last (as the conv plan packs 32 channels
+    of 32), so the block's elements are still contiguous."""
     for ld in loads(schedule.kernel.statement[stmt].expr):
         t = schedule.kernel.tensors.get(ld.tensor)
         if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:
@@ -406,7 +413,8 @@ def pack_weights(
             if dim is None or dim not in ld.index:
                 continue
             axis = ld.index.index(dim)
-            if t.shape[axis] >= 2 * factor:
+            whole = t.shape[axis] == factor and axis < len(t.shape) - 1
+            if t.shape[axis] >= 2 * factor or whole:
                 schedule = _try(
                     schedule, lambda s, n=ld.tensor, a=axis, f=factor: T.pack(s, n, a, f)
                 )
@@ -468,8 +476,9 @@ def parallelize_outer(
     stop: set[str] | None = None,
     depth: int | None = None,
 ) -> Schedule:
-    """Parallelize the outermost loop, fused with the next ones (other than `stop`)
-    while it is too short, or (given `depth`) with exactly the next depth - 1."""
+    """Parallelize the outermost loop, fused with the next ones while it is too short
+    and they have no partial tiles (`stop` loops only while it is shorter than the
+    thread count), or (given `depth`) with exactly the next depth - 1."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
@@ -482,11 +491,18 @@ def parallelize_outer(
         if enough:
             break
         parent = schedule.loop(chain[-1])
-        if len(parent.body) != 1 or loop.annotation or loop.name in (stop or ()):
+        if len(parent.body) != 1 or loop.annotation:
             break
-        if extent >= config.threads and has_partial_tiles(schedule, loop.name):
+        if loop.name in (stop or ()) and extent >= config.threads:
+            # a `stop` loop is fused only when threads would otherwise have no work (a
+            # conv of 32 channels: measured 2x); fused past a split channel loop, its
+            # rows go through a modulo and the register tile is lost (measured 5x slower
+            # for a better balance of 3 iterations on 2 threads)
+            break
+        if depth is None and extent >= config.threads and has_partial_tiles(schedule, loop.name):
             # fused with the loops outside, a loop of uneven tiles makes every tile's
-            # bounds a modulo expression, guarded inside its vector loops
+            # bounds a modulo expression, guarded inside its vector loops (an explicit
+            # depth, the search's decision, is taken as asked: the measurement judges it)
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)

@@ -40,6 +40,7 @@ from polytile.poly.default import (
     cache_tiles,
     chained_epilogue,
     conv_plan,
+    depends,
     epilogue,
     gemm_block,
     main_statement,
@@ -223,9 +224,9 @@ class SearchSpace:
             if tiles is not None:
                 d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
                 d.update(otile_loop=vec, otile=tiles[1])
-            vec_loads = [ld for ld in loads(self.main.expr) if self.dim_of[vec] in ld.index]
+            vec_loads = [ld for ld in loads(self.main.expr) if depends(ld.index, self.dim_of[vec])]
             for name in reversed(self.spatial[:-1]):
-                if all(self.dim_of[name] not in ld.index for ld in vec_loads):
+                if not any(depends(ld.index, self.dim_of[name]) for ld in vec_loads):
                     if self.extent[name] >= 2 * d["block"]:
                         d["block_loop"] = name
                     break
@@ -366,7 +367,9 @@ class SearchSpace:
         init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
         if init is not None:
             schedule = vectorize_innermost(schedule, init, self.lanes)
-        stop = set(self.spatial) if self.padded else set()
+        # as the default: a conv's padded row loops stay out of the parallel loop (their
+        # bounds would become guards); a pooling window's do not decide the plan
+        stop = set(self.spatial) if self.padded and self.plan is not None else set()
         return self._parallel(schedule, main.name, d["parallel_depth"], stop)
 
     def _epilogue(self, kernel: Kernel) -> list[str]:

@@ -146,6 +146,23 @@ def test_default_schedules_really_use_vectors_and_threads() -> None:
     assert "GOMP_parallel" in native.ir
 
 
+def test_a_conv_whose_channels_fill_one_vector_still_runs_on_every_thread() -> None:
+    """32 output channels in one vector and padded rows: the rows, kept out of the
+    parallel loop when the channel tiles suffice, are fused in when there is only one
+    channel tile (DenseNet's 3x3 convs ran on one thread of two, 2x slower)."""
+    rng = np.random.default_rng(1)
+    k = kernel_from_node(
+        node("Conv", ["x", "w"], pads=[1, 1, 1, 1]),
+        {"x": (1, 2, 5, 6)},
+        initializers={"w": rng.standard_normal((32, 2, 3, 3)).astype(np.float32)},
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=32, threads=2, min_parallel_work=0))
+    parallel = [lp for lp in schedule.loops_of("Conv_0") if lp.annotation == "parallel"]
+    assert len(parallel) == 1 and T.loop_extent(schedule, parallel[0].name) == 5  # the rows
+    assert any(step.kind == "pack" for step in schedule.trace)  # channels last, contiguous
+    check(schedule, inputs_for(k))
+
+
 def test_thread_counts_agree() -> None:
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 48), B=(48, 40))
     native = NativeKernel(default_schedule(k))

@@ -130,6 +130,17 @@ def test_parallel_fusion_stops_at_uneven_tiles(m: int, parallel: str) -> None:
     check_outputs(schedule)
 
 
+def test_an_explicit_parallel_depth_fuses_uneven_tiles_as_asked() -> None:
+    """The search's `parallel_depth` is a decision to measure, not a hint."""
+    schedule = T.split(initial_schedule(mm_relu(4, 13, 5)), "j", (None, 8))
+    schedule = T.vectorize(T.reorder(schedule, "i", "j0", "k", "j1"), "j1")
+    config = DefaultConfig(threads=2, min_parallel_work=0)
+    schedule = parallelize_outer(schedule, "Y", config, depth=2)
+    parallel = [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "parallel"]
+    assert parallel == ["i_j0_f"]
+    check_outputs(schedule)
+
+
 def test_the_ast_check_reads_a_loop_reusing_an_outer_iterator_name() -> None:
     """isl may name an inner loop's iterator like one outside it; the outer loop's
     bounds still hold for every instance below."""

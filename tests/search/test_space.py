@@ -131,10 +131,43 @@ def _conv1x1_add_relu() -> Kernel:
     return flatten_planes(kernel_from_node(model))
 
 
+# a padded pooling window: no register block along its rows, and parallel over channels
+POOL = kernel_from_node(
+    helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+    {"x": (1, 4, 20, 36)},
+)
+# eight output channels: one vector holds them all (weights packed channel-last)
+ONE_VECTOR_CONV = kernel_from_node(
+    helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+    {"x": (1, 4, 6, 20)},
+    initializers={"w": RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)},
+)
+
+
 @pytest.mark.parametrize(
     "k",
-    [CONV, MATMUL, BIG_MATMUL, KERNELS["softmax"], PAD_CONV, ELEMENTWISE, _conv1x1_add_relu()],
-    ids=["conv", "mm", "cached-mm", "sm", "pad-conv", "elementwise", "conv1x1-add"],
+    [
+        CONV,
+        MATMUL,
+        BIG_MATMUL,
+        KERNELS["softmax"],
+        PAD_CONV,
+        ELEMENTWISE,
+        _conv1x1_add_relu(),
+        POOL,
+        ONE_VECTOR_CONV,
+    ],
+    ids=[
+        "conv",
+        "mm",
+        "cached-mm",
+        "sm",
+        "pad-conv",
+        "elementwise",
+        "conv1x1-add",
+        "pool",
+        "one-vector-conv",
+    ],
 )
 def test_default_decisions_build_the_default_schedule(k: object) -> None:
     from polytile.poly.default import DefaultConfig, default_schedule
