@@ -118,11 +118,14 @@ def test_partial_tiles_are_detected_per_loop() -> None:
     assert not has_partial_tiles(plain, "j0")
 
 
-@pytest.mark.parametrize(("m", "parallel"), [(13, "i"), (16, "i_j0_f")])
-def test_parallel_fusion_stops_at_uneven_tiles(m: int, parallel: str) -> None:
-    """i has 4 values (enough for 2 threads, not for balance): it is fused with j0 only
-    when the vector loops of j0's tiles are all full."""
-    schedule = T.split(initial_schedule(mm_relu(4, m, 5)), "j", (None, 8))
+@pytest.mark.parametrize(
+    ("n", "m", "parallel"), [(4, 13, "i"), (4, 16, "i"), (1, 16, "i_j0_f"), (1, 13, "i_j0_f")]
+)
+def test_parallel_fusion_stops_at_tile_loops(n: int, m: int, parallel: str) -> None:
+    """With i's iterations enough for 2 threads, j's tile loop is not fused in: fused, its
+    tiles are indexed through a modulo (and uneven ones guard their vector loops). With
+    one i, the threads need j0's tiles."""
+    schedule = T.split(initial_schedule(mm_relu(n, m, 5)), "j", (None, 8))
     schedule = T.vectorize(T.reorder(schedule, "i", "j0", "k", "j1"), "j1")
     config = DefaultConfig(threads=2, min_parallel_work=0)
     schedule = parallelize_outer(schedule, "Y", config)
