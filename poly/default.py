@@ -120,7 +120,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
         if all(not depends(ld.index, dim_of[name]) for ld in vec_loads):
             block = name
             break
-    width = config.vector_width
+    width = narrow_vector(T.loop_extent(schedule, vec), config.vector_width)
     outer, inner = list(spatial), []
     v0 = vec
     reduce_extent = math.prod(T.loop_extent(schedule, r) for r in reduce)
@@ -189,6 +189,15 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if init is not None:
         schedule = vectorize_innermost(schedule, init, config.vector_width)
     return parallelize_outer(schedule, main.name, config)
+
+
+def narrow_vector(extent: int, width: int) -> int:
+    """The vector width for a loop of `extent`: halved (down to 4 lanes) until the loop
+    holds two vectors, so a short row (a pooling output of 28 with 16 lanes) runs in
+    vectors of 8 rather than in scalars."""
+    while width > 4 and extent < 2 * width:
+        width //= 2
+    return width
 
 
 def cache_tiles(

@@ -45,6 +45,7 @@ from polytile.poly.default import (
     gemm_block,
     main_statement,
     moving_reductions,
+    narrow_vector,
     pack_weights,
     parallelize_outer,
     vectorize_innermost,
@@ -215,7 +216,7 @@ class SearchSpace:
             extent = self.extent[vec]
             if extent % (2 * self.lanes) == 0 and extent >= 4 * self.lanes:
                 d["vec"] = 2 * self.lanes
-            if extent < 2 * self.lanes:  # too short to split into vectors
+            if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
                 d["vec_loop"] = None
             reduce_extents = [self.extent[r] for r in self.reduce]
             d["block"] = gemm_block(math.prod(reduce_extents), self.config)
@@ -300,6 +301,11 @@ class SearchSpace:
         blocks: dict[str, list[str]] = {"block_loop": [], "block2_loop": []}
         vec_inner: list[str] = []
         if vec_loop is not None:
+            # as the default: a short loop takes narrower vectors rather than one and a part
+            # (the conv plan's channels fill their vectors already)
+            vec = d["vec"]
+            if self.plan is None or vec_loop != self.plan.channel:
+                vec = narrow_vector(self.extent[vec_loop], vec)
             if d["pack"]:
                 block_loop = d["block_loop"]
                 blocked = (
@@ -308,11 +314,11 @@ class SearchSpace:
                     and 2 <= d["block"] < self.extent[block_loop]
                 )
                 packs = (
-                    (self.dim_of[vec_loop], d["vec"]),
+                    (self.dim_of[vec_loop], vec),
                     (self.dim_of[block_loop] if blocked else None, d["block"]),
                 )
                 schedule = pack_weights(schedule, main.name, packs)
-            schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, d["vec"])
+            schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, vec)
         for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
             loop = d[which]
             if loop in heads and loop != vec_loop and heads[loop] == [loop]:

@@ -136,6 +136,11 @@ POOL = kernel_from_node(
     helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
     {"x": (1, 4, 20, 36)},
 )
+# pooled rows of 12: vectors of 4 of the 8 lanes
+SHORT_POOL = kernel_from_node(
+    helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+    {"x": (1, 4, 6, 24)},
+)
 # eight output channels: one vector holds them all (weights packed channel-last)
 ONE_VECTOR_CONV = kernel_from_node(
     helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
@@ -155,6 +160,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         ELEMENTWISE,
         _conv1x1_add_relu(),
         POOL,
+        SHORT_POOL,
         ONE_VECTOR_CONV,
     ],
     ids=[
@@ -166,6 +172,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         "elementwise",
         "conv1x1-add",
         "pool",
+        "short-pool",
         "one-vector-conv",
     ],
 )
