@@ -176,7 +176,8 @@ class _Emitter:
         if isinstance(node, Mark):
             return self._collect(node.body, calls, inner)
         if isinstance(node, For):
-            inner[node.var] = self._expanded(node)
+            # full and partial tiles are sibling loops of one name: expanded only if all are
+            inner[node.var] = inner.get(node.var, True) and self._expanded(node)
             return self._collect(node.body, calls, inner)
         return False
 

@@ -179,6 +179,30 @@ def test_a_short_pooling_row_runs_in_narrower_vectors() -> None:
     check(schedule, inputs_for(k))
 
 
+def test_accumulators_of_a_loop_with_full_and_partial_tiles_inside() -> None:
+    """A tuned ResNet-50 MaxPool trace: under the reduction loop kh, isolation emits the
+    row's full vector tiles and its padded partial ones as sibling loops of one name.
+    Only a name whose every loop is expanded may key a register accumulator (the
+    partial loop's varying key stopped the model's compilation)."""
+    k = kernel_from_node(
+        node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        {"x": (1, 4, 8, 80)},
+    )
+    steps = [
+        ("split", {"loop": "ow", "factors": (None, 32)}),
+        ("split", {"loop": "c", "factors": (None, 2)}),
+        ("reorder", {"order": ("n", "c0", "oh", "ow0", "kh", "kw", "c1", "ow1")}),
+        ("decompose_reduction", {"stmt": "MaxPool_0", "loop": "kh"}),
+        ("vectorize", {"loop": "ow1"}),
+        ("unroll", {"loop": "c1"}),
+        ("vectorize", {"loop": "ow_init"}),
+        ("fuse", {"loops": ("n", "c0")}),
+        ("parallel", {"loop": "n_c0_f"}),
+    ]
+    trace = [{"kind": kind, "args": args} for kind, args in steps]
+    check(T.replay(k, trace), inputs_for(k))
+
+
 def test_thread_counts_agree() -> None:
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 48), B=(48, 40))
     native = NativeKernel(default_schedule(k))
