@@ -485,9 +485,10 @@ def parallelize_outer(
     stop: set[str] | None = None,
     depth: int | None = None,
 ) -> Schedule:
-    """Parallelize the outermost loop, fused with the next ones while it is too short
-    and they have no partial tiles (`stop` loops only while it is shorter than the
-    thread count), or (given `depth`) with exactly the next depth - 1."""
+    """Parallelize the outermost loop, fused with the next ones while it is too short,
+    or (given `depth`) with up to the next depth - 1. Once every thread has an
+    iteration, `stop` loops are not fused in, nor (without a depth) tile loops and loops
+    with partial tiles: each measured slower fused than a shorter parallel loop."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
