@@ -503,21 +503,16 @@ def parallelize_outer(
         parent = schedule.loop(chain[-1])
         if len(parent.body) != 1 or loop.annotation:
             break
-        if loop.name in (stop or ()) and extent >= config.threads:
-            # a `stop` loop is fused only when threads would otherwise have no work (a
-            # conv of 32 channels: measured 2x); fused past a split channel loop, its
-            # rows go through a modulo and the register tile is lost (measured 5x slower
-            # for a better balance of 3 iterations on 2 threads)
-            break
-        if depth is None and extent >= config.threads and _tiles(loop):
-            # fused with the loops outside, a tile loop's register tile is indexed through
-            # a division and a modulo, which isl writes in forms that keep the tile out of
-            # registers (measured 8-20x slower: Inception v2's and DenseNet's 1x1 convs)
-            break
-        if depth is None and extent >= config.threads and has_partial_tiles(schedule, loop.name):
-            # fused with the loops outside, a loop of uneven tiles makes every tile's
-            # bounds a modulo expression, guarded inside its vector loops (an explicit
-            # depth, the search's decision, is taken as asked: the measurement judges it)
+        if extent >= config.threads and (
+            loop.name in (stop or ())
+            or (depth is None and (_tiles(loop) or has_partial_tiles(schedule, loop.name)))
+        ):
+            # fused in, each is indexed through a modulo of the parallel loop: a padded
+            # conv's rows take guards, a tile loop's register tile leaves the registers,
+            # uneven tiles guard their vector loops (measured 5x, 8-20x slower: Inception
+            # v1/v2, DenseNet); with fewer iterations than threads, idle threads cost more
+            # (DenseNet's 32-channel convs: 2x). An explicit depth (the search's decision)
+            # is taken as asked for tiles: the measurement judges it.
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)
