@@ -7,7 +7,8 @@ The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
   others gather lane by lane; a statement without uniform strides (or with an indirect
   load) runs lane by lane. A scalar loop finishes the iterations a full vector misses.
 - `unroll`: the body is emitted once per iteration when the trip count is a constant.
-- `parallel`: the loop body is outlined and run by `GOMP_parallel` in static chunks.
+- `parallel`: the loop body is outlined and run by `GOMP_parallel`; threads claim its
+  iterations in guided chunks from a shared counter.
 
 Floating point follows the expressions exactly; only `contract` (FMA) is allowed.
 Integer division by zero yields 0 instead of trapping.
@@ -22,6 +23,7 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
+from polytile.poly.contract import Private, private_temporaries
 from polytile.poly.expr import Iter, Load, walk
 from polytile.poly.kernel import Kernel, Statement, mentions
 from polytile.poly.schedule import Schedule
@@ -32,6 +34,8 @@ from .values import Instance, Lanes, flat_index
 
 #: unroll marks on loops with more iterations than this stay loops
 MAX_UNROLL = 64
+#: environment entries that carry a private temporary's offset shift into outlined code
+SHIFT = "%shift:"
 
 Env = dict[str, ir.Value]
 
@@ -50,7 +54,11 @@ def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunct
     for arg in fn.args:
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
-    emitter = _Emitter(mc, schedule, fn, dict(zip(params, fn.args, strict=True)), name)
+    shared = _Shared()
+    for private in private_temporaries(schedule):
+        shared.private.setdefault(private.loop, []).append(private)
+    ptrs = dict(zip(params, fn.args, strict=True))
+    emitter = _Emitter(mc, schedule, fn, ptrs, name, False, shared)
     emitter.node(build_ast(schedule), {})
     emitter.b.ret_void()
     return KernelFunction(name, params)
@@ -61,6 +69,8 @@ class _Shared:
     """What the emitters of one kernel (the function and its outlined bodies) share."""
 
     strides: dict[tuple[str, str], dict[str, int | None] | None] = field(default_factory=dict)
+    #: top-level loop → the temporaries stored in one slice per thread inside it
+    private: dict[str, list[Private]] = field(default_factory=dict)
 
 
 class _Emitter:
@@ -83,6 +93,8 @@ class _Emitter:
         self.in_parallel = in_parallel
         self.shared = shared or _Shared()
         self.promotion: _Promotion | None = None
+        #: tensor → elements added to its offsets (a private temporary's slice)
+        self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
 
@@ -251,8 +263,26 @@ class _Emitter:
             inst = Instance(self, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
 
-    def body_of(self, node: For) -> Callable[[Env], None]:
-        return lambda env: self.node(node.body, env)
+    def body_of(self, node: For, slice_: ir.Value | None = None) -> Callable[[Env], None]:
+        """The loop body; in a top-level loop with private temporaries, their offsets
+        move to the slice (`slice_`, the thread's, or 0) for each iteration."""
+        privates = self.shared.private.get(node.loop, [])
+        if not privates:
+            return lambda env: self.node(node.body, env)
+
+        def body(env: Env) -> None:
+            first = slice_ if slice_ is not None else ir.Constant(I64, 0)
+            saved = dict(self.shift)
+            scope = dict(env)
+            for p in privates:
+                start = self.b.mul(first, ir.Constant(I64, p.span), flags=["nsw"])
+                shift = self.b.sub(start, self.int(p.origin, env), flags=["nsw"])
+                self.shift[p.tensor] = shift
+                scope[f"{SHIFT}{p.tensor}"] = shift
+            self.node(node.body, scope)
+            self.shift = saved
+
+        return body
 
     def serial_loop(
         self,
@@ -314,14 +344,15 @@ class _Emitter:
         return True
 
     def parallel_loop(self, node: For, env: Env) -> bool:
-        """Outline the loop into `body(ctx)` that runs its thread's static chunk."""
+        """Outline the loop into `body(ctx)`; the threads take its iterations in guided
+        chunks from a shared counter in the context."""
         bound = _upper(node)
         if bound is None or not isinstance(node.inc, Int) or node.inc.value <= 0:
             return False
         b = self.b
         names = sorted(env)
-        slots = [*self.ptrs.values(), *(env[n] for n in names)]
-        ctx_type = ir.LiteralStructType([PTR] * len(self.ptrs) + [I64] * len(names))
+        slots = [*self.ptrs.values(), *(env[n] for n in names), ir.Constant(I64, 0)]
+        ctx_type = ir.LiteralStructType([PTR] * len(self.ptrs) + [I64] * (len(names) + 1))
         with b.goto_entry_block():
             ctx = b.alloca(ctx_type, name="ctx")
         for i, value in enumerate(slots):
@@ -333,9 +364,10 @@ class _Emitter:
         outlined.attributes.add("nounwind")
         # the body takes the tensors as noalias arguments: pointers loaded from the
         # context carry no alias facts, and without them no accumulator stays in a register
+        fields = list(ctx_type.elements)[:-1]
         body_fn = ir.Function(
             self.mc.module,
-            ir.FunctionType(ir.VoidType(), list(ctx_type.elements)),
+            ir.FunctionType(ir.VoidType(), [*fields, PTR]),
             f"{outlined.name}_body",
         )
         body_fn.linkage = "internal"
@@ -343,29 +375,30 @@ class _Emitter:
         for arg in body_fn.args[: len(self.ptrs)]:
             arg.add_attribute("noalias")
         ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-        loaded = [
-            ob.load(
-                ob.gep(
-                    outlined.args[0],
-                    [ir.Constant(I32, 0), ir.Constant(I32, i)],
-                    source_etype=ctx_type,
-                ),
-                typ=t,
+
+        def field_ptr(i: int) -> ir.Value:
+            return ob.gep(
+                outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], source_etype=ctx_type
             )
-            for i, t in enumerate(ctx_type.elements)
-        ]
-        ob.call(body_fn, loaded)
+
+        loaded = [ob.load(field_ptr(i), typ=t) for i, t in enumerate(fields)]
+        ob.call(body_fn, [*loaded, field_ptr(len(fields))])
         ob.ret_void()
         inner = _Emitter(self.mc, self.schedule, body_fn, {}, self.base, True, self.shared)
         args = list(body_fn.args)
         inner.ptrs = dict(zip(self.ptrs, args[: len(self.ptrs)], strict=True))
-        scope = dict(zip(names, args[len(self.ptrs) :], strict=True))
-        inner.chunk(node, scope, bound)
+        scope = dict(zip(names, args[len(self.ptrs) : -1], strict=True))
+        inner.shift = {n.removeprefix(SHIFT): v for n, v in scope.items() if n.startswith(SHIFT)}
+        inner.chunks(node, scope, bound, args[-1])
         inner.b.ret_void()
         self.mc.run_parallel(b, outlined, ctx)
         return True
 
-    def chunk(self, node: For, env: Env, bound: AstExpr) -> None:
+    def chunks(self, node: For, env: Env, bound: AstExpr, counter: ir.Value) -> None:
+        """Guided self-scheduling: each thread claims `max(1, left / (2 * threads))`
+        iterations at a time until none are left. A thread the machine delays (a busy or
+        preempted core) takes fewer chunks instead of holding every other thread at the
+        join, and the chunks shrink so the threads finish together."""
         b = self.b
         lo = self.int(node.init, env)
         hi = self.int(bound, env)
@@ -375,13 +408,35 @@ class _Emitter:
         count = _smax(b, count, ir.Constant(I64, 0))
         thread = b.sext(b.call(self.mc.function("omp_get_thread_num", I32, []), []), I64)
         threads = b.sext(b.call(self.mc.function("omp_get_num_threads", I32, []), []), I64)
-        size = b.sdiv(b.add(count, b.sub(threads, ir.Constant(I64, 1))), threads)
-        first = b.mul(thread, size)
+        share = b.mul(threads, ir.Constant(I64, 2))
+        claim = b.append_basic_block(f"{node.var}.claim")
+        take = b.append_basic_block(f"{node.var}.take")
+        run = b.append_basic_block(f"{node.var}.run")
+        done = b.append_basic_block(f"{node.var}.all")
+        privates = self.shared.private.get(node.loop, [])
+        if privates:
+            # a thread without a slice of every private temporary takes no iterations
+            slots = min(p.slots for p in privates)
+            b.cbranch(b.icmp_signed("<", thread, ir.Constant(I64, slots)), claim, done)
+        else:
+            b.branch(claim)
+        b.position_at_end(claim)
+        first = b.load_atomic(counter, "monotonic", 8, typ=I64)
+        b.cbranch(b.icmp_signed("<", first, count), take, done)
+        b.position_at_end(take)
+        left = b.sub(count, first)
+        size = _smax(b, b.sdiv(left, share), ir.Constant(I64, 1))
         last = _smin(b, b.add(first, size), count)
+        pair = b.cmpxchg(counter, first, last, "monotonic", "monotonic")
+        b.cbranch(b.extract_value(pair, 1), run, claim)
+        b.position_at_end(run)
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
         chunk_cond = Op("lt", (Var(node.var), Var("%stop")))
-        self.serial_loop(node, {**env, "%stop": stop}, start, chunk_cond, 1, self.body_of(node))
+        body = self.body_of(node, thread)
+        self.serial_loop(node, {**env, "%stop": stop}, start, chunk_cond, 1, body)
+        b.branch(claim)
+        b.position_at_end(done)
 
     # --- vector loops -----------------------------------------------------------------
     def vector_lanes(self, node: For) -> int | None:

@@ -72,6 +72,9 @@ class Instance:
         return stride
 
     def address(self, tensor: str, dtype: str, offset: ir.Value) -> ir.Value:
+        shift = self.em.shift.get(tensor)
+        if shift is not None:
+            offset = self.b.add(offset, shift, flags=["nsw"])
         return self.b.gep(
             self.em.ptrs[tensor], [offset], inbounds=True, source_etype=memory_type(dtype)
         )

@@ -134,6 +134,52 @@ def build_ast(schedule: Schedule) -> AstNode:
     return _node(node, {})
 
 
+def parameter_expr(value: isl.PwAff, name: str) -> AstExpr | None:
+    """A function of one dim as an expression in the variable `name` (a loop's iterator);
+    None unless it is one quasi-affine piece with integer coefficients. (isl's own
+    `expr_from_pw_aff` rejects integer divisions outside an AST build's loops.)"""
+    pieces: list[isl.Aff] = []
+    value.foreach_piece(lambda _where, aff: pieces.append(aff))
+    if not pieces or any(not p.plain_is_equal(pieces[0]) for p in pieces[1:]):
+        return None
+    aff = pieces[0]
+    local = aff.get_domain_local_space()
+    divs: list[AstExpr] = []
+    for k in range(aff.dim(isl.dim_type.div)):
+        inner = local.get_div(k)
+        denominator = inner.get_denominator_val()
+        numerator = _affine_terms(inner, denominator, name, divs)
+        if numerator is None:
+            return None
+        divs.append(Op("fdiv_q", (numerator, Int(int(denominator.to_python())))))
+    return _affine_terms(aff, isl.Val.one(aff.get_ctx()), name, divs)
+
+
+def _affine_terms(aff: isl.Aff, scale: isl.Val, name: str, divs: list[AstExpr]) -> AstExpr | None:
+    """`scale` times the aff, over its one dim and the divisions in `divs`; None when a
+    coefficient is not an integer or the aff uses a division not in `divs`."""
+    values = [aff.get_constant_val(), aff.get_coefficient_val(isl.dim_type.in_, 0)]
+    values += [aff.get_coefficient_val(isl.dim_type.div, k) for k in range(len(divs))]
+    scaled = [v.mul(scale) for v in values]
+    later = range(len(divs), aff.dim(isl.dim_type.div))
+    if not all(v.is_int() for v in scaled) or any(
+        not aff.get_coefficient_val(isl.dim_type.div, k).is_zero() for k in later
+    ):
+        return None
+    constant, *coefficients = (int(v.to_python()) for v in scaled)
+    terms: list[AstExpr] = [
+        term if coefficient == 1 else Op("mul", (Int(coefficient), term))
+        for coefficient, term in zip(coefficients, [Var(name), *divs], strict=True)
+        if coefficient
+    ]
+    if constant or not terms:
+        terms.append(Int(constant))
+    expr = terms[0]
+    for term in terms[1:]:
+        expr = Op("add", (expr, term))
+    return expr
+
+
 def _expr(e: isl.AstExpr, names: Mapping[str, str]) -> AstExpr:
     kind = e.get_type()
     if kind == isl.ast_expr_type.int:
@@ -277,9 +323,17 @@ def to_c(node: AstNode, kernel: Kernel, indent: int = 0) -> str:
 
 
 def explain(schedule: Schedule) -> str:
-    """The schedule as C-like code (the isl AST with statement bodies)."""
+    """The schedule as C-like code (the isl AST with statement bodies); a temporary
+    that codegen stores in one slice per thread says so."""
+    from .contract import private_temporaries  # it builds on this module's AST
+
     kernel = schedule.kernel
+    private = {p.tensor: p for p in private_temporaries(schedule)}
     header = [f"// kernel {kernel.name}"]
     for t in kernel.tensors.values():
-        header.append(f"// {t.role.value:<9} {t.dtype}{list(t.shape)} {t.name}")
+        line = f"// {t.role.value:<9} {t.dtype}{list(t.shape)} {t.name}"
+        if t.name in private:
+            p = private[t.name]
+            line += f" (private to each iteration of {p.loop}: {p.span} elements per thread)"
+        header.append(line)
     return "\n".join(header) + "\n" + to_c(build_ast(schedule), kernel)

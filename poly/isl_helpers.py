@@ -231,3 +231,26 @@ def isolate_option(region: isl.Set, depth: int) -> isl.UnionSet:
     outer schedule dims: the region's instances are generated apart from the rest."""
     as_map = isl.Map.from_range(region).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, depth)
     return isl.UnionSet.from_set(as_map.wrap().set_tuple_name("isolate"))
+
+
+def loop_value_map(expr: str, domain: isl.Set) -> isl.Map:
+    """A statement's instances → the value of a loop (`{ S[dims] -> [(value)] }`)."""
+    return isl.Map.from_pw_aff(parse_pw_aff(expr)).intersect_domain(domain)
+
+
+def row_major_offsets(tensor: str, shape: Sequence[int]) -> isl.Map:
+    """`{ tensor[i0, ...] -> [offset] }`: an element's offset in the row-major layout."""
+    dims = [f"i{d}" for d in range(len(shape))]
+    terms = [f"{math.prod(shape[d + 1 :])}*{dims[d]}" for d in range(len(shape))]
+    return parse_map(f"{{ {tensor}[{', '.join(dims)}] -> [({' + '.join(terms) or '0'})] }}")
+
+
+def offset_window(offsets: isl.Map) -> tuple[isl.PwAff, int] | None:
+    """For `{ [v] -> [offset] }`: the smallest offset as a function of v, and the
+    widest window from an iteration's smallest to its largest offset (elements); None
+    when the offsets are unbounded."""
+    low = offsets.dim_min(0).coalesce()
+    widest = offsets.dim_max(0).sub(low).max_val()
+    if not widest.is_int():
+        return None
+    return low, int(widest.to_python()) + 1

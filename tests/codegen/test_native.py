@@ -215,6 +215,20 @@ def test_thread_counts_agree() -> None:
     np.testing.assert_allclose(two, inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("rows", [1, 7, 130])
+def test_threads_claim_every_iteration_of_a_parallel_loop_once(threads: int, rows: int) -> None:
+    """Guided chunks from a shared counter: every row is computed whatever the number
+    of threads against iterations (the output starts as NaN, so a skipped row shows)."""
+    k = kernel("Y[i, j] = A[i, j] * 2 + 1", A=(rows, 5))
+    native = NativeKernel(T.parallel(initial_schedule(k), "i"))
+    native.set_threads(threads)
+    buffers = native.buffers(inputs_for(k))
+    buffers["Y"][...] = np.nan
+    native.run_on(buffers)
+    np.testing.assert_array_equal(buffers["Y"], buffers["A"] * 2 + 1)
+
+
 def random_step(data: st.DataObject, schedule: Schedule) -> Schedule:
     loops = schedule.loop_names()
     kind = data.draw(st.sampled_from(["split", "reorder", "parallel", "vectorize", "unroll"]))

@@ -1,0 +1,103 @@
+"""Private temporaries (array contraction): which temporaries a top-level loop's
+iterations keep to themselves, the window of offsets one iteration touches, and the code
+that stores them in one slice per thread, checked against the reference and by the
+buffer bytes the code leaves untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polytile.codegen.native import NativeKernel
+from polytile.poly import isl_helpers as ih
+from polytile.poly import transform as T
+from polytile.poly.ast import Int, Op, Var, parameter_expr
+from polytile.poly.contract import Private, private_temporaries
+from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.dsl import kernel
+from polytile.poly.interp import eval_expr
+from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import Schedule, initial_schedule
+
+#: Y = A @ B then ReLU: the default schedule computes 4-row blocks of Y in a parallel
+#: loop and applies the ReLU to each block in the same iteration
+MM_RELU = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(13, 9), B=(9, 37))
+
+
+def blocked() -> Schedule:
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    return default_schedule(MM_RELU, config)
+
+
+def test_an_accumulator_with_its_epilogue_is_private_to_the_parallel_iteration() -> None:
+    schedule = blocked()
+    top = schedule.body[0]
+    assert top.annotation == "parallel"
+    # 4 rows of 37 per iteration, the i0-th block starting at offset 148 * i0
+    assert private_temporaries(schedule) == (
+        Private("Y", top.name, Op("mul", (Int(148), Var(top.name))), 148, 3),
+    )
+    assert f"Y (private to each iteration of {top.name}: 148 elements" in MM_RELU.explain(schedule)
+
+
+def test_a_temporary_written_and_read_in_different_top_level_loops_keeps_its_storage() -> None:
+    assert private_temporaries(initial_schedule(MM_RELU)) == ()
+
+
+@pytest.mark.parametrize(
+    ("reader", "private"), [("Y[i] = T[i] * 3", True), ("Y[i] = T[i] + T[i - 1] if 1 <= i", False)]
+)
+def test_a_value_read_in_a_later_iteration_keeps_its_storage(reader: str, private: bool) -> None:
+    """T[i - 1] is written one iteration before it is read: its value crosses
+    iterations, so one slice reused by every iteration would lose it."""
+    k = kernel("T[i] = A[i] * 2", reader, A=(16,), extents={"i": 16})
+    schedule = T.reverse_compute_at(initial_schedule(k), "Y", "i")
+    found = private_temporaries(schedule)
+    assert found == ((Private("T", "i", Var("i"), 1, 16),) if private else ())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_private_temporary_lives_in_one_slice_per_thread(threads: int) -> None:
+    """The code matches the reference on 1, 2 and 7 threads (more than the buffer's three
+    slices: the threads past them take no iterations), and it writes only the slices of
+    the threads that ran, where the full-size storage wrote every element."""
+    inputs = {
+        "A": np.random.default_rng(0).standard_normal((13, 9)).astype(np.float32),
+        "B": np.random.default_rng(1).standard_normal((9, 37)).astype(np.float32),
+    }
+    want = run_program_order(MM_RELU, inputs)["C"]
+    native = NativeKernel(blocked())
+    native.set_threads(threads)
+    buffers = native.buffers(inputs)
+    buffers["Y"][...] = np.nan
+    native.run_on(buffers)
+    assert buffers["C"].shape == want.shape and buffers["C"].dtype == want.dtype
+    np.testing.assert_allclose(buffers["C"], want, rtol=1e-5, atol=1e-5)
+    slices = buffers["Y"].reshape(-1)[: 3 * 148].reshape(3, 148)
+    written = [int(n) for n in np.nonzero(~np.isnan(slices).all(axis=1))[0]]
+    assert np.isnan(buffers["Y"].reshape(-1)[3 * 148 :]).all()
+    # whichever threads took iterations wrote whole slices of their own
+    assert written and all(i < threads for i in written)
+    assert not np.isnan(slices[written]).any()
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "25088v",
+        # AlexNet's first conv: a fused (channel, row) loop's origin, with a modulo
+        "-88722 + 1728v + 1674*((-1 - v) mod 54)",
+        "3 + floor((v + floor(v/3))/2)",
+    ],
+)
+def test_an_origin_with_integer_divisions_evaluates_as_isl_does(origin: str) -> None:
+    expr = parameter_expr(ih.parse_pw_aff(f"{{ [v] -> [({origin})] : 0 <= v < 200 }}"), "v")
+    assert expr is not None
+    for v in range(200):
+        want, _ = ih.value_range(ih.parse_set(f"{{ S[v] : v = {v} }}"), origin)
+        assert eval_expr(expr, {"v": v}) == want
+
+
+def test_an_origin_of_two_different_pieces_is_refused() -> None:
+    two = ih.parse_pw_aff("{ [v] -> [(v)] : v < 5; [v] -> [(2v)] : v >= 5 }")
+    assert parameter_expr(two, "v") is None
