@@ -56,7 +56,9 @@ def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunct
     fn.attributes.add("nounwind")
     shared = _Shared()
     for private in private_temporaries(schedule):
-        shared.private.setdefault(private.loop, []).append(private)
+        # fewer slices than threads would leave threads idle: keep the full storage
+        if private.slots >= mc.target.num_threads:
+            shared.private.setdefault(private.loop, []).append(private)
     ptrs = dict(zip(params, fn.args, strict=True))
     emitter = _Emitter(mc, schedule, fn, ptrs, name, False, shared)
     emitter.node(build_ast(schedule), {})

@@ -13,8 +13,9 @@ statement touching it is below that loop, no element is written in two of its
 iterations, and every element an iteration reads is one it writes. Then no value
 crosses iterations, and an iteration's elements lie in a window of `span` consecutive
 offsets starting at `origin(v)`. Codegen adds `slice * span - origin(v)` to every
-offset of the tensor inside the loop's body; the buffer keeps its size, and the loop
-runs on at most `slots` threads.
+offset of the tensor inside the loop's body; the buffer keeps its size. Codegen
+contracts only when the buffer has a slice for each of the target's threads; threads
+added at run time past `slots` take no iterations of the loop.
 """
 
 from __future__ import annotations

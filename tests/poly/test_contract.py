@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from polytile.codegen.native import NativeKernel
+from polytile.codegen.target import host
 from polytile.poly import isl_helpers as ih
 from polytile.poly import transform as T
 from polytile.poly.ast import Int, Op, Var, parameter_expr
@@ -101,3 +102,15 @@ def test_an_origin_with_integer_divisions_evaluates_as_isl_does(origin: str) -> 
 def test_an_origin_of_two_different_pieces_is_refused() -> None:
     two = ih.parse_pw_aff("{ [v] -> [(v)] : v < 5; [v] -> [(2v)] : v >= 5 }")
     assert parameter_expr(two, "v") is None
+
+
+def test_a_temporary_with_fewer_slices_than_threads_keeps_its_storage() -> None:
+    """Y holds three slices of 148; built for 4 threads, one slice per thread would
+    leave a thread idle, so every element is stored (and written) as before."""
+    inputs = {"A": np.ones((13, 9), np.float32), "B": np.ones((9, 37), np.float32)}
+    native = NativeKernel(blocked(), host(num_threads=4))
+    buffers = native.buffers(inputs)
+    buffers["Y"][...] = np.nan
+    native.run_on(buffers)
+    assert not np.isnan(buffers["Y"]).any()
+    np.testing.assert_array_equal(buffers["C"], np.full((13, 37), 9, np.float32))
