@@ -26,11 +26,12 @@ from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark,
 from polytile.poly.contract import Private, private_temporaries
 from polytile.poly.expr import Iter, Load, walk
 from polytile.poly.kernel import Kernel, Statement, mentions
+from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
 from .llvm_types import I32, I64, PTR, ModuleContext
-from .values import Instance, Lanes, flat_index
+from .values import Instance, Lanes
 
 #: unroll marks on loops with more iterations than this stay loops
 MAX_UNROLL = 64
@@ -272,8 +273,9 @@ class _Emitter:
         if not privates:
             return lambda env: self.node(node.body, env)
 
+        first = slice_ if slice_ is not None else ir.Constant(I64, 0)
+
         def body(env: Env) -> None:
-            first = slice_ if slice_ is not None else ir.Constant(I64, 0)
             saved = dict(self.shift)
             scope = dict(env)
             for p in privates:

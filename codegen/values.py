@@ -15,7 +15,7 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
 from polytile.poly.kernel import Statement
-from polytile.poly.quasi import parse_index
+from polytile.poly.quasi import flat_index, parse_index
 
 from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
 
@@ -24,16 +24,6 @@ FAST = ("contract",)
 #: the largest lane stride loaded as one wide vector and shuffled (wider strides waste
 #: more of the load than a gather of single lanes costs)
 MAX_SHUFFLED_STRIDE = 4
-
-
-def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
-    """The row-major element offset of an index, as quasi-affine text."""
-    terms = []
-    stride = 1
-    for size, entry in zip(reversed(shape), reversed(index), strict=True):
-        terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
-        stride *= size
-    return " + ".join(reversed(terms)) if terms else "0"
 
 
 @dataclass(frozen=True)

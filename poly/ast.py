@@ -137,7 +137,8 @@ def build_ast(schedule: Schedule) -> AstNode:
 def parameter_expr(value: isl.PwAff, name: str) -> AstExpr | None:
     """A function of one dim as an expression in the variable `name` (a loop's iterator);
     None unless it is one quasi-affine piece with integer coefficients. (isl's own
-    `expr_from_pw_aff` rejects integer divisions outside an AST build's loops.)"""
+    `expr_from_pw_aff`, from a build without loops, failed with "spaces don't match" on
+    AlexNet's origin, which has a modulo.)"""
     pieces: list[isl.Aff] = []
     value.foreach_piece(lambda _where, aff: pieces.append(aff))
     if not pieces or any(not p.plain_is_equal(pieces[0]) for p in pieces[1:]):

@@ -27,7 +27,9 @@ import islpy as isl
 
 from . import isl_helpers as ih
 from .ast import AstExpr, parameter_expr
-from .kernel import Role
+from .expr import loads
+from .kernel import Role, Statement
+from .quasi import flat_index
 from .schedule import Loop, Schedule, statements_below
 
 
@@ -48,49 +50,50 @@ def private_temporaries(schedule: Schedule) -> tuple[Private, ...]:
     """Every temporary that a top-level loop's iterations keep to themselves, when it
     saves at least half the buffer."""
     kernel = schedule.kernel
+    tops = [(top, set(statements_below(top))) for top in schedule.body if isinstance(top, Loop)]
     found = []
-    for top in schedule.body:
-        if not isinstance(top, Loop):
+    for name, tensor in kernel.tensors.items():
+        if tensor.role is not Role.TEMP:
             continue
-        below = set(statements_below(top))
-        for name, tensor in kernel.tensors.items():
-            if tensor.role is not Role.TEMP:
-                continue
-            window = _window(schedule, top, below, name)
-            if window is None:
-                continue
-            low, span = window
-            size = math.prod(tensor.shape)
-            origin = parameter_expr(low, top.name)
-            if origin is not None and 2 * span <= size:
-                found.append(Private(name, top.name, origin, span, size // span))
+        touching = [
+            s
+            for s in kernel.statements
+            if s.tensor == name or any(ld.tensor == name for ld in loads(s.expr))
+        ]
+        top = next((t for t, below in tops if all(s.name in below for s in touching)), None)
+        if top is None or not touching:
+            continue
+        window = _window(top, touching, name, tensor.shape)
+        if window is None:
+            continue
+        low, span = window
+        size = math.prod(tensor.shape)
+        origin = parameter_expr(low, top.name)
+        if origin is not None and 2 * span <= size:
+            found.append(Private(name, top.name, origin, span, size // span))
     return tuple(found)
 
 
 def _window(
-    schedule: Schedule, top: Loop, below: set[str], tensor: str
+    top: Loop, touching: list[Statement], tensor: str, shape: tuple[int, ...]
 ) -> tuple[isl.PwAff, int] | None:
     """The first offset of an iteration's elements and the widest span, when the
     iterations of `top` keep the tensor's values to themselves."""
     writes: isl.Map | None = None
     reads: isl.Map | None = None
-    for s in schedule.kernel.statements:
-        written = [s.write_map()] if s.tensor == tensor else []
-        read = [m for m in s.read_maps() if m.get_tuple_name(isl.dim_type.out) == tensor]
-        if not written and not read:
-            continue
-        if s.name not in below:
-            return None
+    for s in touching:
         values = ih.loop_value_map(top.exprs[s.name], s.domain_set()).reverse()
-        for access in written:
-            part = values.apply_range(access)
+        if s.tensor == tensor:
+            part = values.apply_range(s.write_map())
             writes = part if writes is None else writes.union(part)
-        for access in read:
-            part = values.apply_range(access)
-            reads = part if reads is None else reads.union(part)
+        for access in s.read_maps():
+            if access.get_tuple_name(isl.dim_type.out) == tensor:
+                part = values.apply_range(access)
+                reads = part if reads is None else reads.union(part)
     if writes is None or not writes.reverse().is_single_valued():
         return None
     if reads is not None and not reads.is_subset(writes):
         return None
-    shape = schedule.kernel.tensors[tensor].shape
-    return ih.offset_window(writes.apply_range(ih.row_major_offsets(tensor, shape)))
+    dims = tuple(f"i{d}" for d in range(len(shape)))
+    offsets = ih.parse_map(ih.access(tensor, dims, "", [flat_index(shape, dims)]))
+    return ih.offset_window(writes.apply_range(offsets))

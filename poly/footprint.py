@@ -20,6 +20,7 @@ import numpy as np
 
 from . import isl_helpers as ih
 from .expr import loads
+from .quasi import flat_index
 from .schedule import Schedule
 from .strides import lane_strides, loop_map
 
@@ -102,10 +103,6 @@ def innermost_strides(schedule: Schedule, stmt: str) -> list[int | None]:
     exprs: dict[str, str] = {}
     for n, (tensor, index) in enumerate(accesses):
         if all(isinstance(i, str) for i in index):
-            shape = schedule.kernel.tensors[tensor].shape
-            steps = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
-            exprs[str(n)] = (
-                " + ".join(f"{step}*({i})" for step, i in zip(steps, index, strict=True)) or "0"
-            )
+            exprs[str(n)] = flat_index(schedule.kernel.tensors[tensor].shape, index)
     found = lane_strides(schedule, stmt, loops[-1].name, exprs)
     return [found.get(str(n)) for n in range(len(accesses))]

@@ -238,13 +238,6 @@ def loop_value_map(expr: str, domain: isl.Set) -> isl.Map:
     return isl.Map.from_pw_aff(parse_pw_aff(expr)).intersect_domain(domain)
 
 
-def row_major_offsets(tensor: str, shape: Sequence[int]) -> isl.Map:
-    """`{ tensor[i0, ...] -> [offset] }`: an element's offset in the row-major layout."""
-    dims = [f"i{d}" for d in range(len(shape))]
-    terms = [f"{math.prod(shape[d + 1 :])}*{dims[d]}" for d in range(len(shape))]
-    return parse_map(f"{{ {tensor}[{', '.join(dims)}] -> [({' + '.join(terms) or '0'})] }}")
-
-
 def offset_window(offsets: isl.Map) -> tuple[isl.PwAff, int] | None:
     """For `{ [v] -> [offset] }`: the smallest offset as a function of v, and the
     widest window from an iteration's smallest to its largest offset (elements); None

@@ -19,6 +19,16 @@ class QuasiAffineError(ValueError):
     """The text is not quasi-affine in the supported grammar."""
 
 
+def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
+    """The row-major element offset of an index, as quasi-affine text."""
+    terms = []
+    stride = 1
+    for size, entry in zip(reversed(shape), reversed(index), strict=True):
+        terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
+        stride *= size
+    return " + ".join(reversed(terms)) if terms else "0"
+
+
 @functools.lru_cache(maxsize=65536)
 def parse_index(text: str) -> AstExpr:
     tokens = [m.group(1) or m.group(2) or m.group(3) for m in _TOKEN.finditer(text)]
