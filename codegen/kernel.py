@@ -60,6 +60,7 @@ def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunct
         # fewer slices than threads would leave threads idle: keep the full storage
         if private.slots >= mc.target.num_threads:
             shared.private.setdefault(private.loop, []).append(private)
+            shared.layout[private.tensor] = private.shape
     ptrs = dict(zip(params, fn.args, strict=True))
     emitter = _Emitter(mc, schedule, fn, ptrs, name, False, shared)
     emitter.node(build_ast(schedule), {})
@@ -74,6 +75,8 @@ class _Shared:
     strides: dict[tuple[str, str], dict[str, int | None] | None] = field(default_factory=dict)
     #: top-level loop → the temporaries stored in one slice per thread inside it
     private: dict[str, list[Private]] = field(default_factory=dict)
+    #: tensor → the shape its offsets are computed in: a private temporary's slice box
+    layout: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class _Emitter:
@@ -100,6 +103,10 @@ class _Emitter:
         self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        """The shape the tensor's offsets are computed in (a private temporary's box)."""
+        return self.shared.layout.get(tensor) or self.kernel.tensors[tensor].shape
 
     # --- loop structure ---------------------------------------------------------------
     def node(self, node: AstNode, env: Env) -> None:
@@ -241,7 +248,7 @@ class _Emitter:
         """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
         it a register)."""
         t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(t.shape, stmt.index)
+        text = flat_index(self.shape(t.name), stmt.index)
         assert promotion.pre is not None
         with self.b.goto_block(promotion.pre):
             dims = {
@@ -261,7 +268,7 @@ class _Emitter:
     def write_back(self, promotion: _Promotion) -> None:
         stmt = self.kernel.statement[promotion.stmt]
         t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(t.shape, stmt.index)
+        text = flat_index(self.shape(t.name), stmt.index)
         for slot in promotion.slots.values():
             inst = Instance(self, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
@@ -505,13 +512,13 @@ class _Emitter:
         plan: dict[str, int | None] | None = None
         indirect = False
         write = self.kernel.tensors[stmt.tensor]
-        exprs[flat_index(write.shape, stmt.index)] = ""
+        exprs[flat_index(self.shape(write.name), stmt.index)] = ""
         for e in walk(stmt.expr):
             if isinstance(e, Load):
                 if not all(isinstance(i, str) for i in e.index):
                     indirect = True
                     break
-                exprs[flat_index(self.kernel.tensors[e.tensor].shape, e.index)] = ""  # type: ignore[arg-type]
+                exprs[flat_index(self.shape(e.tensor), e.index)] = ""  # type: ignore[arg-type]
             elif isinstance(e, Iter):
                 exprs[e.name] = ""
         if not indirect and loop:
@@ -537,7 +544,7 @@ class _Emitter:
         inst = Instance(self, stmt, dims, lanes)
         value = inst.value(stmt.expr)
         t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(t.shape, stmt.index)
+        text = flat_index(self.shape(t.name), stmt.index)
         if stmt.reduction is not None:
             old = inst.load(t.name, t.dtype, text)
             value = inst.combine(stmt.reduction, old, value, t.dtype)

@@ -162,7 +162,7 @@ class Instance:
         if isinstance(e, Load):
             t = self.em.kernel.tensors[e.tensor]
             if all(isinstance(i, str) for i in e.index):
-                return self.load(t.name, e.dtype, flat_index(t.shape, e.index))  # type: ignore[arg-type]
+                return self.load(t.name, e.dtype, flat_index(self.em.shape(t.name), e.index))  # type: ignore[arg-type]
             return self.indirect_load(e)
         if isinstance(e, Iter):
             value = self.dims[e.name]
@@ -193,7 +193,7 @@ class Instance:
         t = self.em.kernel.tensors[e.tensor]
         offset: ir.Value = ir.Constant(I64, 0)
         stride = 1
-        for size, entry in zip(reversed(t.shape), reversed(e.index), strict=True):
+        for size, entry in zip(reversed(self.em.shape(t.name)), reversed(e.index), strict=True):
             if isinstance(entry, str):
                 part = self.em.int(parse_index(entry), self.dims)
             else:

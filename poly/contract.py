@@ -11,11 +11,15 @@ back to memory, for nothing. When each thread instead reuses one slice of the bu
 The analysis is exact (isl): a temporary qualifies for a top-level loop when every
 statement touching it is below that loop, no element is written in two of its
 iterations, and every element an iteration reads is one it writes. Then no value
-crosses iterations, and an iteration's elements lie in a window of `span` consecutive
-offsets starting at `origin(v)`. Codegen adds `slice * span - origin(v)` to every
-offset of the tensor inside the loop's body; the buffer keeps its size. Codegen
-contracts only when the buffer has a slice for each of the target's threads; threads
-added at run time past `slots` take no iterations of the loop.
+crosses iterations, and an iteration's elements lie in a box: along each dimension, an
+extent starting at a quasi-affine function of the loop's iterator `v`. A slice holds
+one box in row-major order (`shape`, `span` elements): codegen lays the tensor out as
+the box (its offsets use the box's strides) and adds `slice * span - origin(v)`, the
+box's first element moved to the thread's slice. A box, not the window of the tensor's
+own offsets, because a loop over pixel tiles writes a column strip of every channel:
+the window spans nearly the whole buffer, the box one strip per channel. The buffer
+keeps its size. Codegen contracts only when the buffer has a slice for each of the
+target's threads; threads added at run time past `slots` take no iterations.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from . import isl_helpers as ih
 from .ast import AstExpr, parameter_expr
 from .expr import loads
 from .kernel import Role, Statement
-from .quasi import flat_index
 from .schedule import Loop, Schedule, statements_below
 
 
@@ -38,12 +41,14 @@ class Private:
     tensor: str
     #: the top-level loop within one iteration of which its values live
     loop: str
-    #: the row-major offset of an iteration's first element, in the loop's iterator
+    #: the offset, in the box's row-major layout, of an iteration's first box corner
     origin: AstExpr
-    #: offsets from an iteration's first to its last element, inclusive
+    #: elements of a slice: the product of `shape`
     span: int
     #: slices of `span` elements the buffer holds: the most threads that can share it
     slots: int
+    #: the box of elements one iteration touches: the layout of the tensor in codegen
+    shape: tuple[int, ...]
 
 
 def private_temporaries(schedule: Schedule) -> tuple[Private, ...]:
@@ -63,21 +68,22 @@ def private_temporaries(schedule: Schedule) -> tuple[Private, ...]:
         top = next((t for t, below in tops if all(s.name in below for s in touching)), None)
         if top is None or not touching:
             continue
-        window = _window(top, touching, name, tensor.shape)
-        if window is None:
+        box = _box(top, touching, name, len(tensor.shape))
+        if box is None:
             continue
-        low, span = window
+        lows, shape = box
+        span = math.prod(shape)
         size = math.prod(tensor.shape)
-        origin = parameter_expr(low, top.name)
+        origin = parameter_expr(ih.row_major_offset(lows, shape), top.name)
         if origin is not None and 2 * span <= size:
-            found.append(Private(name, top.name, origin, span, size // span))
+            found.append(Private(name, top.name, origin, span, size // span, shape))
     return tuple(found)
 
 
-def _window(
-    top: Loop, touching: list[Statement], tensor: str, shape: tuple[int, ...]
-) -> tuple[isl.PwAff, int] | None:
-    """The first offset of an iteration's elements and the widest span, when the
+def _box(
+    top: Loop, touching: list[Statement], tensor: str, rank: int
+) -> tuple[list[isl.PwAff], tuple[int, ...]] | None:
+    """Along each dimension, an iteration's first index and the widest extent, when the
     iterations of `top` keep the tensor's values to themselves."""
     writes: isl.Map | None = None
     reads: isl.Map | None = None
@@ -94,6 +100,11 @@ def _window(
         return None
     if reads is not None and not reads.is_subset(writes):
         return None
-    dims = tuple(f"i{d}" for d in range(len(shape)))
-    offsets = ih.parse_map(ih.access(tensor, dims, "", [flat_index(shape, dims)]))
-    return ih.offset_window(writes.apply_range(offsets))
+    lows, shape = [], []
+    for d in range(rank):
+        window = ih.offset_window(ih.output_dim(writes, d))
+        if window is None:
+            return None
+        lows.append(window[0])
+        shape.append(window[1])
+    return lows, tuple(shape)

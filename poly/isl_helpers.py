@@ -238,6 +238,27 @@ def loop_value_map(expr: str, domain: isl.Set) -> isl.Map:
     return isl.Map.from_pw_aff(parse_pw_aff(expr)).intersect_domain(domain)
 
 
+def output_dim(relation: isl.Map, position: int) -> isl.Map:
+    """`{ [v] -> [i0, ..., ik] }` kept to `{ [v] -> [i_position] }`."""
+    rank = relation.dim(isl.dim_type.out)
+    kept = relation.project_out(isl.dim_type.out, position + 1, rank - position - 1)
+    return kept.project_out(isl.dim_type.out, 0, position)
+
+
+def row_major_offset(index: Sequence[isl.PwAff], shape: Sequence[int]) -> isl.PwAff:
+    """The row-major offset in `shape` of an index whose entries are functions of one
+    domain."""
+    terms = []
+    stride = 1
+    for value, size in zip(reversed(index), reversed(shape), strict=True):
+        terms.append(value.scale_val(isl.Val.int_from_si(value.get_ctx(), stride)))
+        stride *= size
+    offset = terms[0]
+    for term in terms[1:]:
+        offset = offset.add(term)
+    return offset.coalesce()
+
+
 def offset_window(offsets: isl.Map) -> tuple[isl.PwAff, int] | None:
     """For `{ [v] -> [offset] }`: the smallest offset as a function of v, and the
     widest window from an iteration's smallest to its largest offset (elements); None

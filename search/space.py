@@ -48,6 +48,7 @@ from polytile.poly.default import (
     narrow_vector,
     pack_weights,
     parallelize_outer,
+    tiles_first,
     vectorize_innermost,
 )
 from polytile.poly.expr import loads
@@ -145,6 +146,7 @@ class SearchSpace:
             "rtile": REDUCTION_TILES,
             "otile_loop": (None, *splittable),
             "otile": OUTER_TILES,
+            "outer_first": (None, *splittable),
             "epilogue_depth": (0, 1, 2, 3),
             "unroll": (True, False),
             "parallel_depth": (None, 1, 2, 3),
@@ -202,6 +204,7 @@ class SearchSpace:
             "rtile": 0,
             "otile_loop": None,
             "otile": 0,
+            "outer_first": None,
             "epilogue_depth": 0,
             "unroll": True,
             "parallel_depth": None,
@@ -231,6 +234,11 @@ class SearchSpace:
                     if self.extent[name] >= 2 * d["block"]:
                         d["block_loop"] = name
                     break
+            block = d["block_loop"]
+            if tiles is None and block is not None and d["vec_loop"] is not None:
+                dims = self.dim_of[vec], self.dim_of[block]
+                if tiles_first(self.kernel, self.main.name, *dims, self.config):
+                    d["outer_first"] = vec
         return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}
 
     # --- building ---------------------------------------------------------------------
@@ -324,6 +332,11 @@ class SearchSpace:
             if loop in heads and loop != vec_loop and heads[loop] == [loop]:
                 schedule, heads[loop], blocks[which] = self._block(schedule, loop, size)
         outer = [h for n in self.spatial for h in heads[n]]
+        first = heads.get(d["outer_first"], [])
+        if first:  # e.g. a 1x1 conv's pixel tiles outside its channel blocks: the input
+            # tile stays in cache across the blocks instead of streaming once per block
+            outer.remove(first[0])
+            outer.insert(0, first[0])
         middle: list[str] = []
         tiled = heads.get(d["otile_loop"], [])
         if tiled:  # the outer part of a blocked loop, or the whole loop

@@ -36,7 +36,7 @@ def test_an_accumulator_with_its_epilogue_is_private_to_the_parallel_iteration()
     assert top.annotation == "parallel"
     # 4 rows of 37 per iteration, the i0-th block starting at offset 148 * i0
     assert private_temporaries(schedule) == (
-        Private("Y", top.name, Op("mul", (Int(148), Var(top.name))), 148, 3),
+        Private("Y", top.name, Op("mul", (Int(148), Var(top.name))), 148, 3, (4, 37)),
     )
     assert f"Y (private to each iteration of {top.name}: 148 elements" in MM_RELU.explain(schedule)
 
@@ -54,7 +54,7 @@ def test_a_value_read_in_a_later_iteration_keeps_its_storage(reader: str, privat
     k = kernel("T[i] = A[i] * 2", reader, A=(16,), extents={"i": 16})
     schedule = T.reverse_compute_at(initial_schedule(k), "Y", "i")
     found = private_temporaries(schedule)
-    assert found == ((Private("T", "i", Var("i"), 1, 16),) if private else ())
+    assert found == ((Private("T", "i", Var("i"), 1, 16, (1,)),) if private else ())
 
 
 @pytest.mark.parametrize("threads", [1, 2, 7])
@@ -114,3 +114,46 @@ def test_a_temporary_with_fewer_slices_than_threads_keeps_its_storage() -> None:
     native.run_on(buffers)
     assert not np.isnan(buffers["Y"]).any()
     np.testing.assert_array_equal(buffers["C"], np.full((13, 37), 9, np.float32))
+
+
+def column_strips(vector: bool) -> Schedule:
+    """T = 2A, then C = T + 1, both in a parallel loop over strips of 8 columns: an
+    iteration writes 8 columns of every row of T, a window of offsets nearly as long as
+    T, but a box of 13 x 8 elements."""
+    k = kernel("T[i, j] = A[i, j] * 2", "C[i, j] = T[i, j] + 1", A=(13, 37))
+    schedule, (j0, j1) = T.split_named(initial_schedule(k), "j", (None, 8))
+    schedule = T.reverse_compute_at(T.reorder(schedule, j0, "i", j1), "C", j0)
+    if vector:
+        schedule = T.vectorize(schedule, j1)
+    return T.parallel(schedule, j0)
+
+
+def test_a_strip_of_every_row_is_private_in_a_box() -> None:
+    schedule = column_strips(vector=False)
+    assert private_temporaries(schedule) == (
+        Private("T", "j0", Op("mul", (Int(8), Var("j0"))), 104, 4, (13, 8)),
+    )
+
+
+@pytest.mark.parametrize("vector", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_box_slice_per_thread_computes_the_reference(threads: int, vector: bool) -> None:
+    """Offsets of T are laid out in the 13 x 8 box of a slice: the result matches the
+    reference, only the slices of threads that ran were written, and in each the first
+    five columns of every row of the box (every strip has at least five columns)."""
+    schedule = column_strips(vector)
+    inputs = {"A": np.random.default_rng(2).standard_normal((13, 37)).astype(np.float32)}
+    want = run_program_order(schedule.kernel, inputs)["C"]
+    native = NativeKernel(schedule)
+    native.set_threads(threads)
+    buffers = native.buffers(inputs)
+    buffers["T"][...] = np.nan
+    native.run_on(buffers)
+    assert buffers["C"].shape == want.shape and buffers["C"].dtype == want.dtype
+    np.testing.assert_allclose(buffers["C"], want, rtol=1e-6)
+    flat = buffers["T"].reshape(-1)
+    slices = flat[: 4 * 104].reshape(4, 104)
+    written = [int(n) for n in np.nonzero(~np.isnan(slices).all(axis=1))[0]]
+    assert np.isnan(flat[4 * 104 :]).all()
+    assert written and all(i < threads for i in written)
+    assert not np.isnan(slices[written].reshape(-1, 13, 8)[:, :, :5]).any()

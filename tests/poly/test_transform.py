@@ -187,6 +187,32 @@ def test_default_matmul_schedule_is_register_blocked() -> None:
     assert loops[-1][1] == "vector" and loops[0][1] == "parallel"
 
 
+@pytest.mark.parametrize(("cache_bytes", "first"), [(1 << 20, "i0"), (4096, "j0")])
+def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
+    cache_bytes: int, first: str
+) -> None:
+    """B (32 x 64 floats, 8 KB) is read whole once per block of rows of A. Larger than
+    the cache, the column tiles go outermost so each tile of B stays in cache across
+    the row blocks; the result still matches the reference, and Y's strip of every row
+    per tile is private to the parallel iteration."""
+    from polytile.codegen.native import NativeKernel
+    from polytile.poly.contract import private_temporaries
+    from polytile.poly.default import DefaultConfig
+
+    kernel = mm_relu(24, 64, 32)
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=cache_bytes)
+    schedule = default_schedule(kernel, config)
+    loops = schedule.loops_of("Y")
+    assert loops[0].name.startswith(first) and loops[0].annotation == "parallel"
+    inputs = random_inputs(kernel)
+    want = run_program_order(kernel, inputs)["C"]
+    got = NativeKernel(schedule)(inputs)["C"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if first == "j0":  # 16 columns of all 24 rows
+        assert [(p.tensor, p.shape) for p in private_temporaries(schedule)] == [("Y", (24, 16))]
+
+
 def constant_b(kernel: Kernel, seed: int = 1) -> Kernel:
     """mm_relu with B a constant (weights), as after lowering a Gemm / MatMul."""
     b = np.random.default_rng(seed).standard_normal(kernel.tensors["B"].shape).astype("f")

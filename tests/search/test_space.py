@@ -104,6 +104,8 @@ MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 96), B=(96, 128))
 
 
 BIG_MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 512), B=(512, 512))
+# B of 2 MB, read once per block of rows: its column tiles go outside the row blocks
+WIDE_MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(16, 64), B=(64, 8192))
 
 
 ELEMENTWISE = kernel("Y[i, j] = max(X[i, j] * 2 + 1, 0)", X=(64, 3025))
@@ -155,6 +157,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         CONV,
         MATMUL,
         BIG_MATMUL,
+        WIDE_MATMUL,
         KERNELS["softmax"],
         PAD_CONV,
         ELEMENTWISE,
@@ -167,6 +170,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         "conv",
         "mm",
         "cached-mm",
+        "wide-mm",
         "sm",
         "pad-conv",
         "elementwise",
@@ -182,6 +186,9 @@ def test_default_decisions_build_the_default_schedule(k: object) -> None:
     space = SearchSpace(k, lanes=8, threads=2)
     built = space.build(space.default_decisions())
     assert built.trace == default_schedule(k, DefaultConfig(vector_width=8)).trace_json()
+    if k is WIDE_MATMUL:
+        assert space.default_decisions()["outer_first"] == "j"
+        assert built.schedule.body[0].name.startswith("j0")
 
 
 def test_conv_hint_puts_channels_in_vectors_and_rows_in_registers() -> None:
