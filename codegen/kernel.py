@@ -37,6 +37,8 @@ from .values import Instance, Lanes
 MAX_UNROLL = 64
 #: environment entries that carry a private temporary's offset shift into outlined code
 SHIFT = "%shift:"
+#: the environment entry of the thread running the enclosing parallel loop's iteration
+THREAD = "%thread"
 
 Env = dict[str, ir.Value]
 
@@ -55,15 +57,20 @@ def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunct
     for arg in fn.args:
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
+    ast = build_ast(schedule)
     shared = _Shared()
-    for private in private_temporaries(schedule):
+    for private in private_temporaries(schedule, ast):
         # fewer slices than threads would leave threads idle: keep the full storage
-        if private.slots >= mc.target.num_threads:
-            shared.private.setdefault(private.loop, []).append(private)
-            shared.layout[private.tensor] = private.shape
+        if private.slots < mc.target.num_threads:
+            continue
+        shared.private.setdefault(private.loop, []).append(private)
+        shared.layout[private.tensor] = private.shape
+        for loop in (*private.outer, private.loop):
+            if schedule.loop(loop).annotation == "parallel":
+                shared.slots[loop] = min(shared.slots.get(loop, private.slots), private.slots)
     ptrs = dict(zip(params, fn.args, strict=True))
     emitter = _Emitter(mc, schedule, fn, ptrs, name, False, shared)
-    emitter.node(build_ast(schedule), {})
+    emitter.node(ast, {})
     emitter.b.ret_void()
     return KernelFunction(name, params)
 
@@ -77,6 +84,8 @@ class _Shared:
     private: dict[str, list[Private]] = field(default_factory=dict)
     #: tensor → the shape its offsets are computed in: a private temporary's slice box
     layout: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: parallel loop → the fewest slices of the private temporaries in or below it
+    slots: dict[str, int] = field(default_factory=dict)
 
 
 class _Emitter:
@@ -273,16 +282,16 @@ class _Emitter:
             inst = Instance(self, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
 
-    def body_of(self, node: For, slice_: ir.Value | None = None) -> Callable[[Env], None]:
-        """The loop body; in a top-level loop with private temporaries, their offsets
-        move to the slice (`slice_`, the thread's, or 0) for each iteration."""
+    def body_of(self, node: For) -> Callable[[Env], None]:
+        """The loop body; in a loop with private temporaries, their offsets move to the
+        slice of the thread running the enclosing parallel loop (or 0) for each
+        iteration."""
         privates = self.shared.private.get(node.loop, [])
         if not privates:
             return lambda env: self.node(node.body, env)
 
-        first = slice_ if slice_ is not None else ir.Constant(I64, 0)
-
         def body(env: Env) -> None:
+            first = env.get(THREAD, ir.Constant(I64, 0))
             saved = dict(self.shift)
             scope = dict(env)
             for p in privates:
@@ -424,10 +433,9 @@ class _Emitter:
         take = b.append_basic_block(f"{node.var}.take")
         run = b.append_basic_block(f"{node.var}.run")
         done = b.append_basic_block(f"{node.var}.all")
-        privates = self.shared.private.get(node.loop, [])
-        if privates:
+        slots = self.shared.slots.get(node.loop)
+        if slots is not None:
             # a thread without a slice of every private temporary takes no iterations
-            slots = min(p.slots for p in privates)
             b.cbranch(b.icmp_signed("<", thread, ir.Constant(I64, slots)), claim, done)
         else:
             b.branch(claim)
@@ -444,8 +452,9 @@ class _Emitter:
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
         chunk_cond = Op("lt", (Var(node.var), Var("%stop")))
-        body = self.body_of(node, thread)
-        self.serial_loop(node, {**env, "%stop": stop}, start, chunk_cond, 1, body)
+        body = self.body_of(node)
+        scope = {**env, "%stop": stop, THREAD: thread}
+        self.serial_loop(node, scope, start, chunk_cond, 1, body)
         b.branch(claim)
         b.position_at_end(done)
 

@@ -7,7 +7,7 @@ Codegen, the AST interpreter and `explain` consume this AST, never islpy objects
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -134,32 +134,52 @@ def build_ast(schedule: Schedule) -> AstNode:
     return _node(node, {})
 
 
-def parameter_expr(value: isl.PwAff, name: str) -> AstExpr | None:
-    """A function of one dim as an expression in the variable `name` (a loop's iterator);
-    None unless it is one quasi-affine piece with integer coefficients. (isl's own
-    `expr_from_pw_aff`, from a build without loops, failed with "spaces don't match" on
-    AlexNet's origin, which has a modulo.)"""
+def marked_loops(node: AstNode) -> set[str]:
+    """Loops that isl emitted without a `for` somewhere (a piece that runs once)."""
+    if isinstance(node, Mark):
+        return {node.loop} | marked_loops(node.body)
+    if isinstance(node, Block):
+        return set().union(*(marked_loops(item) for item in node.items))
+    if isinstance(node, For):
+        return marked_loops(node.body)
+    if isinstance(node, If):
+        marked = marked_loops(node.then)
+        return marked if node.orelse is None else marked | marked_loops(node.orelse)
+    return set()
+
+
+def parameter_expr(value: isl.PwAff, names: str | Sequence[str]) -> AstExpr | None:
+    """A function of loop iterators as an expression in the variables `names` (one per
+    input dim); None unless it is one quasi-affine piece with integer coefficients.
+    (isl's own `expr_from_pw_aff`, from a build without loops, failed with "spaces don't
+    match" on AlexNet's origin, which has a modulo.)"""
+    variables = [names] if isinstance(names, str) else list(names)
     pieces: list[isl.Aff] = []
     value.foreach_piece(lambda _where, aff: pieces.append(aff))
     if not pieces or any(not p.plain_is_equal(pieces[0]) for p in pieces[1:]):
         return None
     aff = pieces[0]
+    if aff.dim(isl.dim_type.in_) != len(variables):
+        return None
     local = aff.get_domain_local_space()
     divs: list[AstExpr] = []
     for k in range(aff.dim(isl.dim_type.div)):
         inner = local.get_div(k)
         denominator = inner.get_denominator_val()
-        numerator = _affine_terms(inner, denominator, name, divs)
+        numerator = _affine_terms(inner, denominator, variables, divs)
         if numerator is None:
             return None
         divs.append(Op("fdiv_q", (numerator, Int(int(denominator.to_python())))))
-    return _affine_terms(aff, isl.Val.one(aff.get_ctx()), name, divs)
+    return _affine_terms(aff, isl.Val.one(aff.get_ctx()), variables, divs)
 
 
-def _affine_terms(aff: isl.Aff, scale: isl.Val, name: str, divs: list[AstExpr]) -> AstExpr | None:
-    """`scale` times the aff, over its one dim and the divisions in `divs`; None when a
+def _affine_terms(
+    aff: isl.Aff, scale: isl.Val, variables: list[str], divs: list[AstExpr]
+) -> AstExpr | None:
+    """`scale` times the aff, over its dims and the divisions in `divs`; None when a
     coefficient is not an integer or the aff uses a division not in `divs`."""
-    values = [aff.get_constant_val(), aff.get_coefficient_val(isl.dim_type.in_, 0)]
+    values = [aff.get_constant_val()]
+    values += [aff.get_coefficient_val(isl.dim_type.in_, i) for i in range(len(variables))]
     values += [aff.get_coefficient_val(isl.dim_type.div, k) for k in range(len(divs))]
     scaled = [v.mul(scale) for v in values]
     later = range(len(divs), aff.dim(isl.dim_type.div))
@@ -170,7 +190,7 @@ def _affine_terms(aff: isl.Aff, scale: isl.Val, name: str, divs: list[AstExpr]) 
     constant, *coefficients = (int(v.to_python()) for v in scaled)
     terms: list[AstExpr] = [
         term if coefficient == 1 else Op("mul", (Int(coefficient), term))
-        for coefficient, term in zip(coefficients, [Var(name), *divs], strict=True)
+        for coefficient, term in zip(coefficients, [*map(Var, variables), *divs], strict=True)
         if coefficient
     ]
     if constant or not terms:
@@ -329,7 +349,8 @@ def explain(schedule: Schedule) -> str:
     from .contract import private_temporaries  # it builds on this module's AST
 
     kernel = schedule.kernel
-    private = {p.tensor: p for p in private_temporaries(schedule)}
+    tree = build_ast(schedule)
+    private = {p.tensor: p for p in private_temporaries(schedule, tree)}
     header = [f"// kernel {kernel.name}"]
     for t in kernel.tensors.values():
         line = f"// {t.role.value:<9} {t.dtype}{list(t.shape)} {t.name}"
@@ -337,4 +358,4 @@ def explain(schedule: Schedule) -> str:
             p = private[t.name]
             line += f" (private to each iteration of {p.loop}: {p.span} elements per thread)"
         header.append(line)
-    return "\n".join(header) + "\n" + to_c(build_ast(schedule), kernel)
+    return "\n".join(header) + "\n" + to_c(tree, kernel)

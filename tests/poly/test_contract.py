@@ -157,3 +157,45 @@ def test_a_box_slice_per_thread_computes_the_reference(threads: int, vector: boo
     assert np.isnan(flat[4 * 104 :]).all()
     assert written and all(i < threads for i in written)
     assert not np.isnan(slices[written].reshape(-1, 13, 8)[:, :, :5]).any()
+
+
+#: Y = A @ B then ReLU with the column tiles outermost (B outgrows the "cache"): the row
+#: blocks run inside each parallel column tile, and Y's 4 x 16 register tile lives
+#: within one row block's iteration
+WIDE = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(24, 32), B=(32, 64))
+
+
+def tiles_first() -> Schedule:
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=4096)
+    return default_schedule(WIDE, config)
+
+
+def test_a_temporary_is_private_to_the_deepest_loop_that_holds_it() -> None:
+    schedule = tiles_first()
+    top = schedule.body[0]
+    assert top.name == "j0" and top.annotation == "parallel"
+    origin = Op("add", (Op("mul", (Int(16), Var("j0"))), Op("mul", (Int(64), Var("i0")))))
+    assert private_temporaries(schedule) == (Private("Y", "i0", origin, 64, 24, (4, 16), ("j0",)),)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_nested_private_temporary_takes_the_parallel_threads_slices(threads: int) -> None:
+    """The row blocks inside a parallel column tile reuse the slice of the thread that
+    runs the tile: the result matches the reference, and only those slices are written."""
+    rng = np.random.default_rng(3)
+    inputs = {
+        "A": rng.standard_normal((24, 32)).astype(np.float32),
+        "B": rng.standard_normal((32, 64)).astype(np.float32),
+    }
+    want = run_program_order(WIDE, inputs)["C"]
+    native = NativeKernel(tiles_first())
+    native.set_threads(threads)
+    buffers = native.buffers(inputs)
+    buffers["Y"][...] = np.nan
+    native.run_on(buffers)
+    assert buffers["C"].shape == want.shape and buffers["C"].dtype == want.dtype
+    np.testing.assert_allclose(buffers["C"], want, rtol=1e-5, atol=1e-5)
+    slices = buffers["Y"].reshape(24, 64)
+    written = [int(n) for n in np.nonzero(~np.isnan(slices).all(axis=1))[0]]
+    assert written and all(i < threads for i in written)
+    assert not np.isnan(slices[written]).any()

@@ -193,8 +193,8 @@ def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
 ) -> None:
     """B (32 x 64 floats, 8 KB) is read whole once per block of rows of A. Larger than
     the cache, the column tiles go outermost so each tile of B stays in cache across
-    the row blocks; the result still matches the reference, and Y's strip of every row
-    per tile is private to the parallel iteration."""
+    the row blocks; the result still matches the reference, and Y's register tile is
+    private to the row block's iteration."""
     from polytile.codegen.native import NativeKernel
     from polytile.poly.contract import private_temporaries
     from polytile.poly.default import DefaultConfig
@@ -209,8 +209,8 @@ def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
     got = NativeKernel(schedule)(inputs)["C"]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    if first == "j0":  # 16 columns of all 24 rows
-        assert [(p.tensor, p.shape) for p in private_temporaries(schedule)] == [("Y", (24, 16))]
+    if first == "j0":  # 4 rows of a column tile, private to the row block's iteration
+        assert [(p.tensor, p.shape) for p in private_temporaries(schedule)] == [("Y", (4, 16))]
 
 
 def constant_b(kernel: Kernel, seed: int = 1) -> Kernel:
