@@ -10,16 +10,16 @@ into blocked layouts; and, when the output has little parallelism (fewer than tw
 vectors per thread), rfactor of the longest reduction loop so that its partial results
 fill vectors. A candidate is the sketch with its *decisions* (which loop is
 vectorized and how wide, up to two register-blocked loops, reduction tile, outer tile,
-where the epilogue goes, unroll, how many outer loops run in parallel, and for each
-elementwise / injective statement writing a temporary whether it is inlined into its
-readers — recomputed there — or materialized, `inline:<statement>`), sampled at
-random with a structural hint (the conv plan of `poly.default`: channels in vectors,
-rows in registers) or mutated from a parent; building it applies the transformations,
-each checked by the poly layer, and records the trace. A decision that would be illegal
-is dropped (that step is skipped), so every candidate is a legal, replayable trace
-before anything is measured. `default_decisions` is the sketch's version of the default
-schedule (epilogue chains inlined, prologues materialized): the evolutionary search
-starts from it.
+which loop's tiles go outermost, where the epilogue goes, unroll, how many outer loops
+run in parallel, and for each elementwise / injective statement writing a temporary
+whether it is inlined into its readers — recomputed there — or materialized,
+`inline:<statement>`), sampled at random with a structural hint (the conv plan of
+`poly.default`: channels in vectors, rows in registers) or mutated from a parent;
+building it applies the transformations, each checked by the poly layer, and records
+the trace. A decision that would be illegal is dropped (that step is skipped), so every
+candidate is a legal, replayable trace before anything is measured. `default_decisions`
+is the sketch's version of the default schedule (epilogue chains inlined, prologues
+materialized): the evolutionary search starts from it.
 
 Inlining rewrites the kernel, so its steps come first in the trace (after rfactor, which
 must be first): the loops of the statements that remain keep their names.
