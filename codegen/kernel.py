@@ -80,7 +80,7 @@ class _Shared:
     """What the emitters of one kernel (the function and its outlined bodies) share."""
 
     strides: dict[tuple[str, str], dict[str, int | None] | None] = field(default_factory=dict)
-    #: top-level loop → the temporaries stored in one slice per thread inside it
+    #: loop → the temporaries stored in one slice per thread inside each iteration
     private: dict[str, list[Private]] = field(default_factory=dict)
     #: tensor → the shape its offsets are computed in: a private temporary's slice box
     layout: dict[str, tuple[int, ...]] = field(default_factory=dict)

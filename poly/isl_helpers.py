@@ -197,6 +197,14 @@ def is_over_limit(err: isl.Error) -> bool:
     return "maximal number of operations exceeded" in str(err)
 
 
+def largest_value(value: isl.PwAff) -> isl.Val:
+    """The largest value a function takes (infinity when unbounded), read from its graph
+    rather than by `PwAff.max_val`: a loop with a stride gives functions like i/2 on even
+    i, integer everywhere but with a rational coefficient, which max_val refuses
+    ("expecting integer affine expression"; it stopped a ResNet-50 tuning run)."""
+    return isl.Map.from_pw_aff(value).range().dim_max_val(0)
+
+
 def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | None:
     """Where an inner loop runs less than its whole trip count.
 
@@ -211,11 +219,7 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
     last = pairs.dim(isl.dim_type.out) - 1
     pairs = pairs.project_out(isl.dim_type.out, 0, last)
     span = pairs.lexmax_pw_multi_aff().get_pw_aff(0).sub(pairs.lexmin_pw_multi_aff().get_pw_aff(0))
-    # the largest value of the span's graph, not `span.max_val()`: an outer loop with a
-    # stride gives spans like i/2 on even i, integer everywhere but with a rational
-    # coefficient, which isl's max_val refuses ("expecting integer affine expression";
-    # it stopped a ResNet-50 tuning run)
-    widest = isl.Map.from_pw_aff(span).range().dim_max_val(0)
+    widest = largest_value(span)
     return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
 
 
@@ -268,7 +272,7 @@ def offset_window(offsets: isl.Map) -> tuple[isl.PwAff, int] | None:
     widest window from an iteration's smallest to its largest offset (elements); None
     when the offsets are unbounded."""
     low = offsets.dim_min(0).coalesce()
-    widest = offsets.dim_max(0).sub(low).max_val()
+    widest = largest_value(offsets.dim_max(0).sub(low))
     if not widest.is_int():
         return None
     return low, int(widest.to_python()) + 1

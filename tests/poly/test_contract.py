@@ -192,3 +192,11 @@ def test_a_nested_private_temporary_takes_the_parallel_threads_slices(threads: i
     }
     for piece in run_with_nan(tiles_first(), inputs, threads, "Y"):
         assert not np.isnan(piece).any()
+
+
+def test_a_window_under_a_strided_loop_is_bounded() -> None:
+    """Offsets 0..i at even loop values v = 2i: the window's width is v/2, integer but
+    with a rational coefficient, which isl's max_val refuses; the widest is 10."""
+    offsets = ih.parse_map("{ [v] -> [j] : exists (i: v = 2i and 0 <= i < 10 and 0 <= j <= i) }")
+    window = ih.offset_window(offsets)
+    assert window is not None and window[1] == 10

@@ -10,11 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import explain
-from polytile.poly.default import default_schedule
+from polytile.poly.contract import private_temporaries
+from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
@@ -195,10 +197,6 @@ def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
     the cache, the column tiles go outermost so each tile of B stays in cache across
     the row blocks; the result still matches the reference, and Y's register tile is
     private to the row block's iteration."""
-    from polytile.codegen.native import NativeKernel
-    from polytile.poly.contract import private_temporaries
-    from polytile.poly.default import DefaultConfig
-
     kernel = mm_relu(24, 64, 32)
     config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=cache_bytes)
     schedule = default_schedule(kernel, config)
