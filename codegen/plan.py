@@ -5,6 +5,11 @@ Lifetimes are intervals of kernel steps (first write, last read); two tensors sh
 only when their intervals do not overlap. Placement is greedy, largest first, at the
 lowest aligned offset that fits between the live neighbours (the usual best-fit plan of
 TVM's and onnxruntime's static allocators).
+
+A kernel's output may also take over the bytes of an input it reads for the last time
+(`shared`, when `poly.deps.may_share` allows it), as onnxruntime runs a residual `Add` in
+place: the output's stores then hit lines the kernel has just read instead of fetching
+cold ones.
 """
 
 from __future__ import annotations
@@ -34,12 +39,34 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def plan_memory(lifetimes: Mapping[str, Lifetime]) -> MemoryPlan:
+def _owner(name: str, shared: Mapping[str, str]) -> str:
+    while name in shared:
+        name = shared[name]
+    return name
+
+
+def plan_memory(
+    lifetimes: Mapping[str, Lifetime], shared: Mapping[str, str] | None = None
+) -> MemoryPlan:
+    """Offsets for every tensor; `shared` maps a tensor to the one whose bytes it takes
+    over (same size, its life starting at the step where the other's ends)."""
+    shared = shared or {}
+    if len(set(shared.values())) < len(shared):
+        raise ValueError(f"two tensors take over the same bytes in {dict(shared)}")
+    for name, owner in shared.items():
+        a, b = lifetimes[name], lifetimes[owner]
+        if a.size != b.size or not b.first < b.last == a.first:
+            raise ValueError(f"tensor {name} cannot take over {owner}'s bytes: {a} after {b}")
+    groups: dict[str, Lifetime] = {}
+    for name, life in lifetimes.items():
+        owner = _owner(name, shared)
+        held = groups.get(owner, life)
+        groups[owner] = Lifetime(life.size, min(life.first, held.first), max(life.last, held.last))
     placed: list[tuple[int, int, Lifetime]] = []  # (offset, end, lifetime)
     offsets: dict[str, int] = {}
-    order = sorted(lifetimes, key=lambda n: (-lifetimes[n].size, lifetimes[n].first, n))
+    order = sorted(groups, key=lambda n: (-groups[n].size, groups[n].first, n))
     for name in order:
-        life = lifetimes[name]
+        life = groups[name]
         size = _aligned(max(life.size, 1))
         live = sorted(
             (start, end)
@@ -53,6 +80,8 @@ def plan_memory(lifetimes: Mapping[str, Lifetime]) -> MemoryPlan:
             offset = max(offset, end)
         offsets[name] = offset
         placed.append((offset, offset + size, life))
+    for name in shared:
+        offsets[name] = offsets[_owner(name, shared)]
     total = max((end for _, end, _ in placed), default=0)
     unshared = sum(_aligned(max(life.size, 1)) for life in lifetimes.values())
     return MemoryPlan(offsets, total, unshared)

@@ -45,3 +45,40 @@ def compute_dependences(kernel: Kernel) -> Dependences:
         output=output.subtract(reduction),
         reduction=reduction,
     )
+
+
+def may_share(kernel: Kernel, read: str, written: str) -> bool:
+    """Whether `written` may take over `read`'s buffer (an input dead after this kernel):
+    an element of `read` is overwritten only by an instance that read it itself or that
+    depends on such a reader through a chain of at most `FLOW_HOPS` flow dependences.
+    Either way the write depends on the read's value, so every legal schedule and every
+    compiler keeps the read first. A residual `Add` fused into a convolution's epilogue
+    passes; a convolution whose output rows mix several input rows does not."""
+    src, dst = kernel.tensors[read], kernel.tensors[written]
+    if src.shape != dst.shape or src.dtype != dst.dtype or written == read:
+        return False
+    if any(s.tensor == read for s in kernel.statements):
+        return False
+    reads = ih.union_map(
+        [m for s in kernel.statements for m in s.read_maps() if m.get_tuple_name(_OUT) == read]
+    )
+    writes = ih.union_map(
+        [s.write_map().set_tuple_name(_OUT, read) for s in kernel.statements if s.tensor == written]
+    )
+    conflicts = reads.apply_range(writes.reverse())
+    if conflicts.is_empty():
+        return True
+    left = conflicts.subtract(conflicts.domain().identity())
+    flow = kernel.dependences.flow
+    reach = flow.intersect_domain(left.domain())
+    for _ in range(FLOW_HOPS):
+        left = left.subtract(reach)
+        if left.is_empty():
+            return True
+        reach = reach.apply_range(flow)
+    return False
+
+
+_OUT = isl.dim_type.out
+#: the longest chain of flow dependences `may_share` follows from a read to a write
+FLOW_HOPS = 3

@@ -18,6 +18,7 @@ import hashlib
 import os
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.deps import may_share
 from polytile.poly.flatten import kernel_of
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.schedule import Schedule, initial_schedule
@@ -184,7 +186,7 @@ def build(
         kernel = schedule.kernel
         args = tuple(layout.slot(step, t.name, kernel) for t in kernel.tensors.values())
         calls.append(KernelCall(functions[key], args))
-    plan = plan_memory(layout.lifetimes)
+    plan = plan_memory(layout.lifetimes, layout.in_place(schedules))
     calls = [
         KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args))
         for c in calls
@@ -234,6 +236,8 @@ class _Layout:
         self.arena_names: list[str] = []
         self.arena_index: dict[str, int] = {}
         self.lifetimes: dict[str, Lifetime] = {}
+        #: per step, the arena name of each kernel input and output there
+        self.held: dict[int, dict[str, str]] = {}
 
     def source(self, onnx_name: str) -> str:
         return self.graph.aliases.get(onnx_name, onnx_name)
@@ -264,7 +268,35 @@ class _Layout:
         if source in self.outputs:
             return Slot("output", self.outputs[source])
         source_type = self.graph.types[source]
+        self.held.setdefault(step, {})[tensor] = source
         return self._arena(source, source_type.nbytes, step)
+
+    def in_place(self, schedules: Sequence[Schedule]) -> dict[str, str]:
+        """Outputs that take over the bytes of an input read for the last time at their
+        step, where the kernel allows it (`may_share`): the first such input of each."""
+        shared: dict[str, str] = {}
+        for step, schedule in enumerate(schedules):
+            held = self.held.get(step, {})
+            kernel = schedule.kernel
+            holders = Counter(held.values())
+            for out in kernel.outputs():
+                name = held.get(out.name)
+                if name is None or self.lifetimes[name].first != step:
+                    continue
+                for inp in kernel.inputs():
+                    owner = held.get(inp.name)
+                    if (
+                        owner is not None
+                        and holders[owner] == 1
+                        and owner not in shared.values()
+                        and self.lifetimes[owner].last == step
+                        and self.lifetimes[owner].first < step
+                        and self.lifetimes[owner].size == self.lifetimes[name].size
+                        and may_share(kernel, inp.name, out.name)
+                    ):
+                        shared[name] = owner
+                        break
+        return shared
 
     def copies(self) -> tuple[OutputCopy, ...]:
         """Graph outputs no kernel writes: inputs, constants, repeated outputs."""

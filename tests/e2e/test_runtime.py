@@ -268,3 +268,129 @@ def test_memory_plan_reuses_dead_tensors() -> None:
     chain = {f"t{i}": Lifetime(1000, i, i + 1) for i in range(10)}
     plan = plan_memory(chain)
     assert plan.arena_bytes <= 3 * 1024 < plan.unshared_bytes
+
+
+def test_memory_plan_gives_a_taken_over_input_s_bytes_to_its_taker() -> None:
+    lifetimes = {
+        "a": Lifetime(1000, 0, 2),
+        "b": Lifetime(1000, 2, 4),
+        "c": Lifetime(1000, 1, 3),
+        "d": Lifetime(1000, 4, 5),
+    }
+    plan = plan_memory(lifetimes, {"b": "a", "d": "b"})
+    assert plan.offsets["a"] == plan.offsets["b"] == plan.offsets["d"]
+    assert abs(plan.offsets["c"] - plan.offsets["a"]) >= 1000
+    assert plan.arena_bytes == 2 * 1024 < plan_memory(lifetimes).arena_bytes + 1024
+
+
+@pytest.mark.parametrize(
+    "shared",
+    [{"b": "c"}, {"c": "a"}, {"b": "a", "e": "a"}, {"e": "a"}],
+    ids=["overlapping", "starts-before-the-end", "two-takers", "other-size"],
+)
+def test_memory_plan_refuses_impossible_sharing(shared: dict[str, str]) -> None:
+    lifetimes = {
+        "a": Lifetime(1000, 0, 2),
+        "b": Lifetime(1000, 2, 4),
+        "c": Lifetime(1000, 1, 3),
+        "e": Lifetime(500, 2, 3),
+    }
+    with pytest.raises(ValueError, match="bytes"):
+        plan_memory(lifetimes, shared)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3), st.booleans()), max_size=20))
+def test_memory_plan_with_sharing_never_overlaps_live_groups(
+    items: list[tuple[int, int, bool]],
+) -> None:
+    # chains of tensors, each living from its producer's step to a later one; where
+    # the flag says so, a tensor takes over the bytes of the chain's previous one
+    lifetimes: dict[str, Lifetime] = {}
+    shared: dict[str, str] = {}
+    step, previous = 0, None
+    for i, (kb, length, take) in enumerate(items):
+        name = f"t{i}"
+        taking = take and previous is not None and lifetimes[previous].size == kb * 1000
+        start = lifetimes[previous].last if taking else step
+        lifetimes[name] = Lifetime(kb * 1000, start, start + length)
+        if taking:
+            shared[name] = previous
+        previous, step = name, start + 1
+    plan = plan_memory(lifetimes, shared)
+
+    def group(n: str) -> str:
+        while n in shared:
+            n = shared[n]
+        return n
+
+    for n in shared:
+        assert plan.offsets[n] == plan.offsets[shared[n]]
+    names = sorted(lifetimes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            la, lb = lifetimes[a], lifetimes[b]
+            if group(a) != group(b) and la.first <= lb.last and lb.first <= la.last:
+                sa, sb = plan.offsets[a], plan.offsets[b]
+                assert sa + la.size <= sb or sb + lb.size <= sa, (a, b)
+
+
+def two_conv_block(reuse_input_later: bool) -> onnx.ModelProto:
+    """Relu → Conv → Relu → Conv → + (the first Relu's output) → Relu → pool, where the
+    residual is an intermediate tensor (optionally read once more at the end)."""
+    w1 = RNG.standard_normal((6, 6, 3, 3)).astype(np.float32) * 0.2
+    w2 = RNG.standard_normal((6, 6, 3, 3)).astype(np.float32) * 0.2
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["b"], ["c"]),
+        helper.make_node("Conv", ["c", "w2"], ["d"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["d", "a"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+    ]
+    if reuse_input_later:
+        nodes += [
+            helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+            helper.make_node("GlobalMaxPool", ["a"], ["q"]),
+            helper.make_node("Add", ["p", "q"], ["y"]),
+        ]
+    else:
+        nodes.append(helper.make_node("GlobalAveragePool", ["r"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "two_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 1, 1])],
+        initializer=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _calls_sharing_bytes(compiled: pt.CompiledModel) -> list[str]:
+    """The kernels that get one arena offset for two of their tensors (run in place)."""
+    found = []
+    for call in compiled.manifest.calls:
+        offsets = [s.index for s in call.args if s.kind == "arena"]
+        if len(set(offsets)) < len(offsets):
+            found.append(call.function)
+    return found
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["residual-dies", "residual-read-later"])
+def test_a_residual_add_runs_in_place_when_its_input_dies(reuse: bool) -> None:
+    model = two_conv_block(reuse)
+    compiled = pt.compile(model)
+    feeds = {"x": RNG.standard_normal((1, 6, 9, 11)).astype(np.float32)}
+    (want,) = ort_run(model, feeds)
+    for _ in range(2):  # the second run starts from the first one's arena
+        (got,) = compiled.run(feeds)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    in_place = _calls_sharing_bytes(compiled)
+    convs = [c.function for c in compiled.manifest.calls if c.function.endswith("Conv")]
+    assert len(convs) == 2
+    # the second conv's residual dies there, unless the max pool reads it again
+    assert (convs[1] in in_place) is not reuse
+    assert convs[0] not in in_place
