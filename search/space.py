@@ -50,6 +50,7 @@ from polytile.poly.default import (
     parallelize_outer,
     tiles_first,
     vectorize_innermost,
+    window_block,
 )
 from polytile.poly.expr import loads
 from polytile.poly.inline import inline, inline_statement
@@ -234,6 +235,10 @@ class SearchSpace:
                     if self.extent[name] >= 2 * d["block"]:
                         d["block_loop"] = name
                     break
+            if d["block_loop"] is None:
+                d["block_loop"] = window_block(
+                    self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]
+                )
             block = d["block_loop"]
             if tiles is None and block is not None and d["vec_loop"] is not None:
                 dims = self.dim_of[vec], self.dim_of[block]

@@ -143,6 +143,11 @@ SHORT_POOL = kernel_from_node(
     helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
     {"x": (1, 4, 6, 24)},
 )
+# sixteen channels: the window's register block goes over them
+CHANNEL_POOL = kernel_from_node(
+    helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+    {"x": (1, 16, 10, 36)},
+)
 # eight output channels: one vector holds them all (weights packed channel-last)
 ONE_VECTOR_CONV = kernel_from_node(
     helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
@@ -164,6 +169,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         _conv1x1_add_relu(),
         POOL,
         SHORT_POOL,
+        CHANNEL_POOL,
         ONE_VECTOR_CONV,
     ],
     ids=[
@@ -177,6 +183,7 @@ ONE_VECTOR_CONV = kernel_from_node(
         "conv1x1-add",
         "pool",
         "short-pool",
+        "channel-pool",
         "one-vector-conv",
     ],
 )
@@ -189,6 +196,25 @@ def test_default_decisions_build_the_default_schedule(k: object) -> None:
     if k is WIDE_MATMUL:
         assert space.default_decisions()["outer_first"] == "j"
         assert built.schedule.body[0].name.startswith("j0")
+
+
+def test_a_pooling_window_is_blocked_over_channels_not_rows() -> None:
+    space = SearchSpace(CHANNEL_POOL, lanes=8)
+    d = space.default_decisions()
+    # the window slides along the rows, so only the channels give independent chains
+    assert space.dim_of[d["block_loop"]] == space.main.dims[1] and d["block"] == 4
+    schedule = space.build(d).schedule
+    unrolled = [lp for lp in schedule.loops_of(space.main.name) if lp.annotation == "unroll"]
+    assert len(unrolled) == 1
+    x = RNG.standard_normal((1, 16, 10, 36)).astype(np.float32)
+    name = CHANNEL_POOL.inputs()[0].name
+    got = run_schedule(schedule, {name: x})
+    want = run_program_order(CHANNEL_POOL, {name: x})
+    out = CHANNEL_POOL.outputs()[0].name
+    assert got[out].shape == want[out].shape == (1, 16, 5, 18)
+    np.testing.assert_array_equal(got[out], want[out])
+    # four channels are too few for two blocks: no block
+    assert SearchSpace(POOL, lanes=8).default_decisions()["block_loop"] is None
 
 
 def test_conv_hint_puts_channels_in_vectors_and_rows_in_registers() -> None:
