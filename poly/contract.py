@@ -35,6 +35,7 @@ from .ast import AstExpr, AstNode, build_ast, marked_loops, parameter_expr
 from .expr import loads
 from .kernel import Role, Statement
 from .schedule import Loop, Schedule, statements_below
+from .transform import loop_extent
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
     that codegen emits as `for` loops with a body of their own qualify (`tree`: the
     schedule's AST, built when not given): not a loop isl emitted without a `for`
     somewhere (a piece that runs once: its iterator is not bound there), nor an unrolled
-    or vector loop."""
+    or vector loop. A loop of a single iteration is looked through, not stopped at."""
     kernel = schedule.kernel
     unbound = marked_loops(build_ast(schedule) if tree is None else tree)
     found = []
@@ -74,6 +75,8 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
             if s.tensor == name or any(ld.tensor == name for ld in loads(s.expr))
         ]
         path = _common_loops(schedule, {s.name for s in touching})
+        # a loop of one iteration (a batch of 1) binds no iterator but separates nothing
+        path = [lp for lp in path if loop_extent(schedule, lp.name) > 1]
         path = path[: next((i for i, lp in enumerate(path) if lp.name in unbound), len(path))]
         size = math.prod(tensor.shape)
         for depth in range(len(path), 0, -1):

@@ -548,9 +548,10 @@ def parallelize_outer(
     depth: int | None = None,
 ) -> Schedule:
     """Parallelize the outermost loop, fused with the next ones while it is too short,
-    or (given `depth`) with up to the next depth - 1. Once every thread has an
-    iteration, `stop` loops are not fused in, nor (without a depth) tile loops and loops
-    with partial tiles: each measured slower fused than a shorter parallel loop."""
+    or (given `depth`) with up to the next depth - 1 that run more than once. Once every
+    thread has an iteration, `stop` loops are not fused in, nor (without a depth) tile
+    loops and loops with partial tiles: each measured slower fused than a shorter
+    parallel loop."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
@@ -558,8 +559,10 @@ def parallelize_outer(
         return schedule
     chain = [loops[0].name]
     extent = T.loop_extent(schedule, chain[0])
+    # loops of one iteration (a batch of 1) count for nothing toward `depth`
+    counted = int(extent > 1)
     for loop in loops[1:]:
-        enough = extent >= config.threads * 4 if depth is None else len(chain) >= depth
+        enough = extent >= config.threads * 4 if depth is None else counted >= depth
         if enough:
             break
         parent = schedule.loop(chain[-1])
@@ -578,6 +581,7 @@ def parallelize_outer(
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)
+        counted += int(T.loop_extent(schedule, loop.name) > 1)
     # the longest prefix of the chain that fuses and runs in parallel (a reduction loop
     # fused in would make the whole loop serial)
     for end in range(len(chain), 0, -1):

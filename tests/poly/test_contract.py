@@ -200,3 +200,41 @@ def test_a_window_under_a_strided_loop_is_bounded() -> None:
     offsets = ih.parse_map("{ [v] -> [j] : exists (i: v = 2i and 0 <= i < 10 and 0 <= j <= i) }")
     window = ih.offset_window(offsets)
     assert window is not None and window[1] == 10
+
+
+#: WIDE with a batch of one: the batch loop sits between the parallel column tiles and
+#: the row blocks, where isl emits it without a `for` (ResNet-50's tuned 3x3 convs)
+BATCHED = kernel(
+    "Y[n, i, j] += A[n, i, k] * B[k, j]",
+    "C[n, i, j] = max(Y[n, i, j], 0)",
+    A=(1, 24, 32),
+    B=(32, 64),
+)
+BATCHED_TRACE = [
+    {"kind": "split", "args": {"loop": "j", "factors": [None, 16]}},
+    {"kind": "split", "args": {"loop": "i", "factors": [None, 4]}},
+    {"kind": "reorder", "args": {"order": ["j0", "n", "i0", "k", "i1", "j1"]}},
+    {"kind": "decompose_reduction", "args": {"stmt": "Y", "loop": "k"}},
+    {"kind": "reverse_compute_at", "args": {"stmt": "C", "loop": "i0"}},
+    {"kind": "vectorize", "args": {"loop": "j1"}},
+    {"kind": "unroll", "args": {"loop": "i1"}},
+    {"kind": "parallel", "args": {"loop": "j0"}},
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_loop_of_one_iteration_is_looked_through(threads: int) -> None:
+    schedule = T.replay(BATCHED, BATCHED_TRACE)
+    assert "// loop n runs once" in BATCHED.explain(schedule)
+    origin = Op("add", (Op("mul", (Int(16), Var("j0"))), Op("mul", (Int(64), Var("i0")))))
+    # the row block's 4 x 16 tile, not the column tile's 24 x 16 strip
+    assert private_temporaries(schedule) == (
+        Private("Y", "i0", origin, 64, 24, (1, 4, 16), ("j0",)),
+    )
+    rng = np.random.default_rng(4)
+    inputs = {
+        "A": rng.standard_normal((1, 24, 32)).astype(np.float32),
+        "B": rng.standard_normal((32, 64)).astype(np.float32),
+    }
+    for piece in run_with_nan(schedule, inputs, threads, "Y"):
+        assert not np.isnan(piece).any()

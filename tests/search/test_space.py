@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from polytile.poly import transform as T
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
@@ -215,6 +216,19 @@ def test_a_pooling_window_is_blocked_over_channels_not_rows() -> None:
     np.testing.assert_array_equal(got[out], want[out])
     # four channels are too few for two blocks: no block
     assert SearchSpace(POOL, lanes=8).default_decisions()["block_loop"] is None
+
+
+def test_a_batch_of_one_does_not_count_toward_the_parallel_depth() -> None:
+    space = SearchSpace(CONV, lanes=8, threads=2)
+    batch = space.spatial[0]
+    assert space.extent[batch] == 1
+    for depth in (1, 2):
+        schedule = space.build({**space.default_decisions(), "parallel_depth": depth}).schedule
+        (parallel,) = [lp for lp, _ in schedule.loops() if lp.annotation == "parallel"]
+        # the batch loop fused with a loop that runs more than once (depth 1 was the
+        # batch loop alone: one iteration, so no parallel loop at all)
+        assert parallel.name.startswith(f"{batch}_")
+        assert T.loop_extent(schedule, parallel.name) >= 2
 
 
 def test_conv_hint_puts_channels_in_vectors_and_rows_in_registers() -> None:
