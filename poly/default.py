@@ -548,10 +548,10 @@ def parallelize_outer(
     depth: int | None = None,
 ) -> Schedule:
     """Parallelize the outermost loop, fused with the next ones while it is too short,
-    or (given `depth`) with up to the next depth - 1 that run more than once. Once every
-    thread has an iteration, `stop` loops are not fused in, nor (without a depth) tile
-    loops and loops with partial tiles: each measured slower fused than a shorter
-    parallel loop."""
+    or (given `depth`) with the next depth - 1, and more while none of them runs more
+    than once. Once every thread has an iteration, `stop` loops are not fused in, nor
+    (without a depth) tile loops and loops with partial tiles: each measured slower
+    fused than a shorter parallel loop."""
     loops = schedule.loops_of(stmt)
     if not loops:
         return schedule
@@ -559,10 +559,13 @@ def parallelize_outer(
         return schedule
     chain = [loops[0].name]
     extent = T.loop_extent(schedule, chain[0])
-    # loops of one iteration (a batch of 1) count for nothing toward `depth`
+    # `depth` loops, at least one of which runs more than once (a batch of 1 alone
+    # would leave the kernel serial)
     counted = int(extent > 1)
     for loop in loops[1:]:
-        enough = extent >= config.threads * 4 if depth is None else counted >= depth
+        enough = (
+            extent >= config.threads * 4 if depth is None else len(chain) >= depth and counted >= 1
+        )
         if enough:
             break
         parent = schedule.loop(chain[-1])
