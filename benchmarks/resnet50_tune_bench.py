@@ -2,10 +2,10 @@
 model's 28 tasks (the gradient task scheduler decides where), then the model compiled
 with the records and with the default schedules is timed against onnxruntime in the
 same run (the peers take turns, `model_bench.measure`). Writes
-benchmarks/results/resnet50_tuned.{json,md} with the per-task table, and
-resnet50_best.jsonl: the fastest verified record per task (enough for
-`compile(records=...)` to rebuild the tuned model on the same CPU; the full records file
-is not kept in git).
+benchmarks/results/resnet50_tuned-CPU.{json,md} (CPU: LLVM's name for this machine's)
+with the per-task table, and resnet50_best.jsonl: the fastest verified record per task (enough for
+`compile(records=...)` to rebuild the tuned model on the same CPU; the records of other
+CPUs in it are kept; the full records file is not kept in git).
 
 Target: tuned latency ≤ 1.0× onnxruntime's after at most 2,000 trials (moonshot 0.8×).
 
@@ -24,8 +24,11 @@ from model_bench import RESULTS, measure
 from polytile import zoo
 from polytile.codegen.target import host
 from polytile.search.measure import MeasureConfig
-from polytile.search.records import RecordFile, best_records
+from polytile.search.records import RecordFile, best_records, same_target
 from polytile.search.tune import tune
+
+#: the fastest verified record per task, per CPU tuned on
+BEST = RESULTS / "resnet50_best.jsonl"
 
 
 def main() -> None:
@@ -59,8 +62,10 @@ def main() -> None:
         print(table)
     target = host()
     best = best_records(RecordFile(args.records), target.key())
-    (RESULTS / "resnet50_best.jsonl").unlink(missing_ok=True)
-    RecordFile(RESULTS / "resnet50_best.jsonl").append(best.values())
+    # other CPUs' best records stay: each machine applies only its own
+    kept = [r for r in RecordFile(BEST) if not same_target(r.target, target.key())]
+    BEST.unlink(missing_ok=True)
+    RecordFile(BEST).append([*kept, *best.values()])
     threads = target.num_threads
     tuned = measure("resnet50", args.repeat, threads, args.records)
     default = measure("resnet50", args.repeat, threads)
@@ -72,7 +77,7 @@ def main() -> None:
     }
     print(json.dumps(rows))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "resnet50_tuned.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / f"resnet50_tuned-{target.cpu}.json").write_text(json.dumps(rows, indent=1))
     lines = [
         "# ResNet-50 after tuning, against onnxruntime (the peers take turns in one run; "
         "the ratio is the median of the turns' ratios)",
@@ -87,7 +92,7 @@ def main() -> None:
         )
     if table:
         lines += ["", f"Tuning: {args.trials} trials in {seconds:.0f} s.", "", "```", table, "```"]
-    (RESULTS / "resnet50_tuned.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"resnet50_tuned-{target.cpu}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

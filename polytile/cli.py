@@ -84,7 +84,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     parts = partition(optimized)
     print(f"partition in {(time.perf_counter() - start) * 1e3:.0f} ms: {parts.summary()}")
     if args.kernel is not None:
-        print_kernels(optimized, parts, args.kernel)
+        print_kernels(optimized, parts, args.kernel, args.records, args.threads)
     if args.groups:
         for g in parts.groups:
             outs = ", ".join(f"{t}:{optimized.types[t]}" for t in g.outputs)
@@ -95,10 +95,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
-    """The kernel of each selected group under its default schedule, as C-like code."""
+def print_kernels(
+    graph: Graph, parts: Partition, which: str, records: str | None, threads: int | None
+) -> None:
+    """The kernel of each selected group under the schedule `compile` gives it on this
+    machine (its vector width and threads): the best verified tuning record, else the
+    default schedule; as C-like code."""
+    from polytile.codegen.target import host
+    from polytile.compiler import choose_schedule, default_config, replay_record, tuned_records
     from polytile.poly.ast import explain
-    from polytile.poly.default import default_schedule
+    from polytile.poly.canonical import canonicalize
     from polytile.poly.flatten import kernel_of
 
     if which == "all":
@@ -110,10 +116,24 @@ def print_kernels(graph: Graph, parts: Partition, which: str) -> None:
             raise InputError(
                 f"--kernel takes a group index 0..{len(parts.groups) - 1} or 'all', not {which}"
             ) from None
+    target = host(threads)
+    config = default_config(target)
+    tuned = tuned_records(records, target)
     for group in selected:
-        kernel = kernel_of(graph, group)  # as `compile` schedules it
-        print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops")
-        print(explain(default_schedule(kernel)), end="")
+        lowered = kernel_of(graph, group)
+        kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
+        record = tuned.get(kernel.workload_key())
+        tuned_schedule = replay_record(kernel, record)
+        schedule = tuned_schedule or choose_schedule(kernel, config)
+        source = "default" if tuned_schedule is None else "tuning record's"
+        names = ", ".join(
+            f"{new} = {old}" for old, new in renamed.items() if old in lowered.tensors
+        )
+        print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops, {source} schedule")
+        print(f"// {target.cpu}, {config.vector_width} float32 lanes, {target.num_threads} threads")
+        if names:
+            print(f"// tensors: {names}")
+        print(explain(schedule), end="")
 
 
 def compare_outputs(
@@ -433,8 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--kernel",
         metavar="N|all",
-        help="print group N's kernel (or all) under its default schedule",
+        help="print group N's kernel (or all) under the schedule compile gives it here",
     )
+    explain.add_argument(
+        "--records", help="tuning records (JSONL): show a kernel's best verified record"
+    )
+    explain.add_argument("--threads", type=int, help="threads (default: all cores)")
     explain.add_argument(
         "--verify",
         action="store_true",

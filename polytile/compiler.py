@@ -87,7 +87,7 @@ def compile(
     parts = partition(graph)
     stats.frontend = time.perf_counter() - start
     target = target or host(num_threads, opt_level)
-    config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+    config = default_config(target)
     tuned = tuned_records(records, target)
     schedules: list[Schedule] = []
     by_workload: dict[str, Schedule] = {}
@@ -99,14 +99,24 @@ def compile(
         if key in by_workload:  # an identical group: same loops, its own weights
             schedules.append(transplant(by_workload[key], kernel))
         else:
-            chosen = _tuned(kernel, tuned.get(key)) or default_schedule(kernel, config)
-            by_workload[key] = _verified(chosen)
+            by_workload[key] = _verified(choose_schedule(kernel, config, tuned.get(key)))
             schedules.append(by_workload[key])
         stats.lower += t1 - t0
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
     return build(graph, schedules, target, stats)
+
+
+def default_config(target: Target) -> DefaultConfig:
+    """The default schedules' settings for a target: its vector width and threads."""
+    return DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+
+
+def choose_schedule(kernel: Kernel, config: DefaultConfig, record: Any = None) -> Schedule:
+    """A canonical kernel's schedule as `compile` picks it: the record's trace replayed
+    (legality checked again), else the default schedule."""
+    return replay_record(kernel, record) or default_schedule(kernel, config)
 
 
 def tuned_records(records: object, target: Target) -> dict[str, Any]:
@@ -137,7 +147,7 @@ def _verified(schedule: Schedule) -> Schedule:
         return fallback
 
 
-def _tuned(kernel: Kernel, record: Any) -> Schedule | None:
+def replay_record(kernel: Kernel, record: Any) -> Schedule | None:
     """The record's schedule replayed on the kernel (legality checked again), or None."""
     if record is None:
         return None

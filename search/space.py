@@ -223,7 +223,7 @@ class SearchSpace:
             if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
                 d["vec_loop"] = None
             reduce_extents = [self.extent[r] for r in self.reduce]
-            d["block"] = gemm_block(math.prod(reduce_extents), self.config)
+            d["block"] = self.config.register_block
             vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
             tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
             if tiles is not None:
@@ -234,6 +234,7 @@ class SearchSpace:
                 if not any(depends(ld.index, self.dim_of[name]) for ld in vec_loads):
                     if self.extent[name] >= 2 * d["block"]:
                         d["block_loop"] = name
+                        d["block"] = gemm_block(self.extent[name], self.config)
                     break
             if d["block_loop"] is None:
                 d["block_loop"] = window_block(

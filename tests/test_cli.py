@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
 from polytile import cli
+from polytile.codegen.target import host
+from polytile.compiler import default_config
 from polytile.errors import InputError
+from polytile.poly.ast import explain
+from polytile.poly.default import default_schedule
+from polytile.poly.schedule import initial_schedule
+from polytile.search.records import Record, RecordFile
+from polytile.search.tasks import extract_tasks
 
 
 def write_model(path: Path, op: str = "Relu", shape: list | None = None) -> Path:
@@ -195,3 +204,40 @@ def test_tune_flushes_caches_unless_told_not_to(
     argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
     assert cli.main(argv) == cli.EXIT_BAD_INPUT
     assert seen["measure"].flush_cache is flushed
+
+
+def matmul_model(path: Path) -> Path:
+    w = onnx.numpy_helper.from_array(np.ones((64, 96), dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[w],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_explain_shows_the_schedule_compile_uses_here(tmp_path: Path, capsys) -> None:
+    """This machine's vector width and threads (not a fixed 256-bit, 2-thread default),
+    and with records the best record's trace instead of the default schedule."""
+    path = matmul_model(tmp_path / "mm.onnx")
+    target = host(3)
+    config = default_config(target)
+    assert cli.main(["explain", str(path), "--kernel", "0", "--threads", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "default schedule" in out and f"{config.vector_width} float32 lanes, 3 threads" in out
+    assert "tensors: t0 = x" in out
+    kernel = extract_tasks(str(path))[0].kernel
+    want = explain(default_schedule(kernel, config))
+    assert want in out
+
+    plain = initial_schedule(kernel)  # a record whose trace is empty: no vector, no tile
+    record = Record(kernel.workload_key(), target.key(), tuple(plain.trace_json()), (1e-6,))
+    records = tmp_path / "r.jsonl"
+    RecordFile(records).append([record])
+    argv = ["explain", str(path), "--kernel", "0", "--threads", "3", "--records", str(records)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "tuning record's schedule" in out and explain(plain) in out and want not in out

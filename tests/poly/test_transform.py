@@ -207,8 +207,8 @@ def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
     got = NativeKernel(schedule)(inputs)["C"]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    if first == "j0":  # 4 rows of a column tile, private to the row block's iteration
-        assert [(p.tensor, p.shape) for p in private_temporaries(schedule)] == [("Y", (4, 16))]
+    if first == "j0":  # 8 rows of a column tile, private to the row block's iteration
+        assert [(p.tensor, p.shape) for p in private_temporaries(schedule)] == [("Y", (8, 16))]
 
 
 def constant_b(kernel: Kernel, seed: int = 1) -> Kernel:
@@ -266,4 +266,40 @@ def test_an_ast_past_the_operation_limit_is_illegal(monkeypatch: pytest.MonkeyPa
         A.build_ast(schedule)
     monkeypatch.undo()
     assert A.build_ast(schedule) is not None
+    assert_equivalent(schedule)
+
+
+def test_an_ast_check_past_its_operation_limit_is_illegal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checking an AST's pieces can explode too (16 GB and 14 minutes seen on a fused
+    parallel loop in the tuner); past its budget a fuse is illegal, not a hang, and the
+    budget does not outlive the call."""
+    import polytile.poly.ast_check as C
+
+    schedule = default_schedule(mm_relu(64, 64, 32))
+    plain = initial_schedule(schedule.kernel)
+    first, second = (lp.name for lp in plain.loops_of("C")[:2])
+    monkeypatch.setattr(C, "CHECK_OPERATIONS", 5)
+    with pytest.raises(IllegalSchedule, match="isl operations"):
+        C.verify_ast(schedule)
+    with pytest.raises(IllegalSchedule, match=r"fuse.*isl operations"):
+        T.fuse(plain, first, second)
+    monkeypatch.undo()
+    assert C.verify_ast(schedule) is not None
+    fused = T.fuse(plain, first, second)
+    assert_equivalent(fused)
+
+
+@pytest.mark.parametrize(("rows", "block"), [(24, 8), (12, 4), (7, None)])
+def test_default_register_block_is_eight_rows_where_two_fit(rows: int, block: int | None) -> None:
+    """Twice the register block of rows (8 independent accumulator rows, enough FMA
+    chains for two 512-bit pipes) when the rows hold two such blocks, else 4, else none;
+    each matches the reference."""
+    kernel = mm_relu(rows, 64, 32)
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    schedule = default_schedule(kernel, config)
+    unrolled = [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "unroll"]
+    got = [T.loop_extent(schedule, n) for n in unrolled]
+    assert got == ([block] if block else [])
     assert_equivalent(schedule)
