@@ -4,6 +4,7 @@ IllegalSchedule naming the step and the dependence; traces replay identically.""
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import replace
 
@@ -238,6 +239,26 @@ def test_pack_layout_is_blocked_outer() -> None:
     packed = T.pack_constant(value, 1, 4)
     assert packed.shape == (3, 2, 4)
     np.testing.assert_array_equal(packed[1, 0], value[0, 4:8])
+
+
+def test_candidates_packing_a_weight_alike_share_one_read_only_copy() -> None:
+    """A search builds thousands of candidates; each holding its own packed copy of the
+    weights made the tuner's memory grow by about 10 MB a trial on ResNet-50. Candidates
+    that pack alike share one array; another layout is another array; the cache lets go
+    of a weight that is gone."""
+    kernel = constant_b(mm_relu(5, 10, 6))
+    first = T.pack(initial_schedule(kernel), "B", 1, 4).kernel.tensors["B_packed"].value
+    again = T.pack(initial_schedule(kernel), "B", 1, 4).kernel.tensors["B_packed"].value
+    other = T.pack(initial_schedule(kernel), "B", 1, 2).kernel.tensors["B_packed"].value
+    assert first is again and other is not first and not first.flags.writeable
+    np.testing.assert_array_equal(first, T.pack_constant(kernel.tensors["B"].value, 1, 4))
+    weight = np.ones((8, 8), dtype=np.float32)
+    key = id(weight)
+    T.packed_constant(weight, 0, 4)
+    assert key in T._PACKED
+    del weight
+    gc.collect()
+    assert key not in T._PACKED
 
 
 def test_pack_refuses_non_constants() -> None:
