@@ -1,7 +1,7 @@
 """Per zoo model: polytile's compile time and default-schedule latency against
 onnxruntime's latency on the same inputs, in the same process, plus the agreement of the
-outputs. Writes benchmarks/results/models.{json,md} and models.png (a bar chart of the
-latency ratios).
+outputs. Writes benchmarks/results/models-CPU.{json,md} and models-CPU.png (a bar chart
+of the latency ratios; CPU: LLVM's name for this machine's).
 
 Targets on this 2-vCPU machine: ResNet-50 latency ≤ 2× onnxruntime (moonshot ≤ 1.2×),
 compile ≤ 10 s.
@@ -10,7 +10,7 @@ compile ≤ 10 s.
     python benchmarks/model_bench.py --models resnet50 --records r.jsonl   # tuned
 
 With `--records` (from `polytile tune`), each kernel uses its best verified record and
-the results go to models_tuned.{json,md,png}.
+the results go to models_tuned-CPU.{json,md,png}.
 """
 
 from __future__ import annotations
@@ -122,9 +122,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--records", help="tuning records to compile with")
     args = parser.parse_args()
-    out = "models_tuned" if args.records else "models"
-    schedules = "tuned schedules" if args.records else "default schedules"
     target = host(args.threads)
+    out = f"{'models_tuned' if args.records else 'models'}-{target.cpu}"
+    schedules = "tuned schedules" if args.records else "default schedules"
     rows = []
     for name in args.models:
         row = measure(name, args.repeat, target.num_threads, args.records)

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polytile.errors import IllegalSchedule
-
 from . import isl_helpers as ih
 from .kernel import Kernel, Statement
 from .schedule import Schedule, parse_mark, to_isl
@@ -120,17 +118,13 @@ AST_OPERATIONS = 1_000_000
 def build_ast(schedule: Schedule) -> AstNode:
     """isl's AST for the schedule, converted and with loop names as iterators."""
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    try:
-        with ih.operation_limit(AST_OPERATIONS):
-            tree = isolate_full_tiles(to_isl(schedule))
-            node = build.node_from_schedule(tree)
-    except isl.Error as err:
-        if not ih.is_over_limit(err):
-            raise
-        raise IllegalSchedule(
-            f"kernel {schedule.kernel.name}: isl's AST generator gave up on the schedule "
-            f"after {AST_OPERATIONS} operations (too many guarded pieces)"
-        ) from None
+    refusal = (
+        f"kernel {schedule.kernel.name}: isl's AST generator gave up on the schedule "
+        f"after {AST_OPERATIONS} operations (too many guarded pieces)"
+    )
+    with ih.operation_budget(AST_OPERATIONS, refusal):
+        tree = isolate_full_tiles(to_isl(schedule))
+        node = build.node_from_schedule(tree)
     return _node(node, {})
 
 

@@ -131,11 +131,9 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     extent = T.loop_extent(schedule, vec)
     # two vectors per row when they fit evenly: twice the independent accumulators
     factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
-    rows = config.register_block
-    if block is not None:
-        rows = gemm_block(T.loop_extent(schedule, block), config)
-        if T.loop_extent(schedule, block) < 2 * rows:
-            block = None  # too short to hold two register blocks
+    rows = gemm_block(T.loop_extent(schedule, block), config) if block is not None else 0
+    if block is not None and T.loop_extent(schedule, block) < 2 * rows:
+        block = None  # too short to hold two register blocks
     if block is None:
         rows = config.register_block
         extents = {n: T.loop_extent(schedule, n) for n in spatial}

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 
 import islpy as isl
 
+from polytile.errors import IllegalSchedule
+
 CTX = isl.DEFAULT_CONTEXT
 
 
@@ -182,19 +184,20 @@ def merge_dims(s: isl.Set, first: int, second: int, name: str, extent: int) -> i
 
 
 @contextlib.contextmanager
-def operation_limit(operations: int) -> Iterator[None]:
-    """isl gives up (an `isl.Error` that `is_over_limit` recognizes) once the calls inside
-    take more than `operations` of its elementary steps; outside, no limit."""
+def operation_budget(operations: int, refusal: str) -> Iterator[None]:
+    """isl calls inside may take at most `operations` of its elementary steps; past
+    that, the schedule at hand is illegal (`refusal` says why) rather than a hang. Outside,
+    no limit."""
     CTX.set_max_operations(operations)
     CTX.reset_operations()
     try:
         yield
+    except isl.Error as err:
+        if "maximal number of operations exceeded" not in str(err):
+            raise
+        raise IllegalSchedule(refusal) from None
     finally:
         CTX.set_max_operations(0)
-
-
-def is_over_limit(err: isl.Error) -> bool:
-    return "maximal number of operations exceeded" in str(err)
 
 
 def largest_value(value: isl.PwAff) -> isl.Val:

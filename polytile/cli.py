@@ -102,9 +102,10 @@ def print_kernels(
     machine (its vector width and threads): the best verified tuning record, else the
     default schedule; as C-like code."""
     from polytile.codegen.target import host
-    from polytile.compiler import choose_schedule, default_config, replay_record, tuned_records
+    from polytile.compiler import default_config, replay_record, tuned_records
     from polytile.poly.ast import explain
     from polytile.poly.canonical import canonicalize
+    from polytile.poly.default import default_schedule
     from polytile.poly.flatten import kernel_of
 
     if which == "all":
@@ -124,7 +125,7 @@ def print_kernels(
         kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
         record = tuned.get(kernel.workload_key())
         tuned_schedule = replay_record(kernel, record)
-        schedule = tuned_schedule or choose_schedule(kernel, config)
+        schedule = tuned_schedule or default_schedule(kernel, config)
         source = "default" if tuned_schedule is None else "tuning record's"
         names = ", ".join(
             f"{new} = {old}" for old, new in renamed.items() if old in lowered.tensors
