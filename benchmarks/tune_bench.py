@@ -11,6 +11,10 @@ the trials.
     python benchmarks/tune_bench.py [--trials 128] [--seeds 0 1] [--conv-trials 64]
     python benchmarks/tune_bench.py --variants sampled --merge   # add one variant's runs
 
+numpy's figure depends on OPENBLAS_CORETYPE, which some of these machines set to Haswell
+(AVX2 kernels, about half of OpenBLAS's AVX-512 speed): see `gemm_bench.py`. The figures
+in tune.md were taken with it set.
+
 Variants: `evolutionary` (model-guided, its population seeded with the default
 schedule's decisions), `sampled` (model-guided from samples only: the ablation that
 shows what the seed is worth) and `random`.
