@@ -3,9 +3,9 @@ model's 28 tasks (the gradient task scheduler decides where), then the model com
 with the records and with the default schedules is timed against onnxruntime in the
 same run (the peers take turns, `model_bench.measure`). Writes
 benchmarks/results/resnet50_tuned-CPU.{json,md} (CPU: LLVM's name for this machine's)
-with the per-task table, and resnet50_best.jsonl: the fastest verified record per task (enough for
-`compile(records=...)` to rebuild the tuned model on the same CPU; the records of other
-CPUs in it are kept; the full records file is not kept in git).
+with the per-task table, and resnet50_best.jsonl: the fastest verified record per task
+(enough for `compile(records=...)` to rebuild the tuned model on the same CPU; the
+records of other CPUs in it are kept; the full records file is not kept in git).
 
 Target: tuned latency ≤ 1.0× onnxruntime's after at most 2,000 trials (moonshot 0.8×).
 

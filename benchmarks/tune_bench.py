@@ -12,8 +12,8 @@ the trials.
     python benchmarks/tune_bench.py --variants sampled --merge   # add one variant's runs
 
 numpy's figure depends on OPENBLAS_CORETYPE, which some of these machines set to Haswell
-(AVX2 kernels, about half of OpenBLAS's AVX-512 speed): see `gemm_bench.py`. The figures
-in tune.md were taken with it set.
+(AVX2 kernels, about half of OpenBLAS's AVX-512 speed on a Zen 5): see `gemm_bench.py`.
+tune.md does not record whether it was set when its numpy figure was taken.
 
 Variants: `evolutionary` (model-guided, its population seeded with the default
 schedule's decisions), `sampled` (model-guided from samples only: the ablation that

@@ -131,11 +131,10 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     extent = T.loop_extent(schedule, vec)
     # two vectors per row when they fit evenly: twice the independent accumulators
     factor = 2 * width if extent % (2 * width) == 0 and extent >= 4 * width else width
-    rows = gemm_block(T.loop_extent(schedule, block), config) if block is not None else 0
-    if block is not None and T.loop_extent(schedule, block) < 2 * rows:
-        block = None  # too short to hold two register blocks
-    if block is None:
-        rows = config.register_block
+    rows = config.register_block
+    if block is not None and T.loop_extent(schedule, block) >= 2 * rows:
+        rows = gemm_block(T.loop_extent(schedule, block), config)
+    else:  # no loop long enough for two register blocks of the matrix-product plan
         extents = {n: T.loop_extent(schedule, n) for n in spatial}
         block = window_block(main, spatial, reduce, dim_of, extents, rows)
     schedule = pack_weights(
@@ -280,8 +279,8 @@ def gemm_block(extent: int, config: DefaultConfig) -> int:
     """Rows in registers of a matrix-product plan: twice `register_block` (8 accumulators
     of one vector a row, 16 of two), enough independent FMA chains for two full-width
     pipes; `register_block` when the loop cannot hold two such blocks. On a 2-vCPU
-    Zen 5 (warm): ResNet-50's 1x1 convs with a residual at 56x56, 28x28 and 14x14 went
-    from 334, 413 and 466 us with 4 rows to 279, 327 and 324 us with 8."""
+    Zen 5 (warm, default schedules): ResNet-50's 1x1 convs with a residual at 56x56,
+    28x28 and 14x14 went from 334, 413 and 466 us with 4 rows to 298, 326 and 332 us."""
     rows = config.register_block
     return 2 * rows if extent >= 4 * rows else rows
 

@@ -99,7 +99,8 @@ def compile(
         if key in by_workload:  # an identical group: same loops, its own weights
             schedules.append(transplant(by_workload[key], kernel))
         else:
-            by_workload[key] = _verified(choose_schedule(kernel, config, tuned.get(key)))
+            chosen = replay_record(kernel, tuned.get(key)) or default_schedule(kernel, config)
+            by_workload[key] = _verified(chosen)
             schedules.append(by_workload[key])
         stats.lower += t1 - t0
         stats.schedule += time.perf_counter() - t1
@@ -111,12 +112,6 @@ def compile(
 def default_config(target: Target) -> DefaultConfig:
     """The default schedules' settings for a target: its vector width and threads."""
     return DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
-
-
-def choose_schedule(kernel: Kernel, config: DefaultConfig, record: Any = None) -> Schedule:
-    """A canonical kernel's schedule as `compile` picks it: the record's trace replayed
-    (legality checked again), else the default schedule."""
-    return replay_record(kernel, record) or default_schedule(kernel, config)
 
 
 def tuned_records(records: object, target: Target) -> dict[str, Any]:
