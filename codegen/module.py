@@ -37,14 +37,23 @@ class Slot:
 class KernelCall:
     function: str
     args: tuple[Slot, ...]
+    #: the workload key of the call's kernel (what tuning records are keyed by; empty in
+    #: models saved before it was kept)
+    workload: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return {"function": self.function, "args": [a.to_json() for a in self.args]}
+        return {
+            "function": self.function,
+            "args": [a.to_json() for a in self.args],
+            "workload": self.workload,
+        }
 
     @staticmethod
     def from_json(data: dict) -> KernelCall:
         return KernelCall(
-            str(data["function"]), tuple(Slot(str(k), int(i)) for k, i in data["args"])
+            str(data["function"]),
+            tuple(Slot(str(k), int(i)) for k, i in data["args"]),
+            str(data.get("workload", "")),
         )
 
 

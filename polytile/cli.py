@@ -381,6 +381,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Search schedules, append measurements to the records, report before / after."""
     from polytile.search.measure import MeasureConfig
     from polytile.search.tune import tune
+    from polytile.search.validate import ValidateConfig
 
     path = resolve_model(args.model, args.seed)
     budget = parse_duration(args.time_budget) if args.time_budget else None
@@ -403,6 +404,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         batch=args.batch,
         cost_model=args.cost_model,
         cost_model_kind=args.cost_model_kind,
+        validation=ValidateConfig(top=args.validate, seed=args.seed) if args.validate else None,
     )
     print(result.table())
     if args.end_to_end:
@@ -544,6 +546,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--cost-model-kind", choices=["regression", "ranking", "random"], default="regression"
+    )
+    tune.add_argument(
+        "--validate",
+        type=int,
+        default=3,
+        metavar="K",
+        help="afterwards, time each task's K best candidates and its default inside the "
+        "model and apply the fastest there (0: off; --trials 0 only validates)",
     )
     tune.add_argument(
         "--end-to-end", action="store_true", help="time the model before and after tuning"

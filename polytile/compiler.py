@@ -90,12 +90,14 @@ def compile(
     config = default_config(target)
     tuned = tuned_records(records, target)
     schedules: list[Schedule] = []
+    workloads: list[str] = []
     by_workload: dict[str, Schedule] = {}
     for done, group in enumerate(parts.groups):
         t0 = time.perf_counter()
         kernel, _ = canonicalize(kernel_of(graph, group))
         t1 = time.perf_counter()
         key = kernel.workload_key()
+        workloads.append(key)
         if key in by_workload:  # an identical group: same loops, its own weights
             schedules.append(transplant(by_workload[key], kernel))
         else:
@@ -106,7 +108,7 @@ def compile(
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
-    return build(graph, schedules, target, stats)
+    return build(graph, schedules, target, stats, workloads=workloads)
 
 
 def default_config(target: Target) -> DefaultConfig:
@@ -161,8 +163,11 @@ def build(
     target: Target,
     stats: CompileStats | None = None,
     workers: int | None = None,
+    workloads: Sequence[str] | None = None,
 ) -> CompiledModel:
-    """The native module of a graph whose groups (in order) run the given schedules."""
+    """The native module of a graph whose groups (in order) run the given schedules;
+    `workloads` are the groups' workload keys (a trace that inlines rewrites its
+    schedule's kernel, so the key cannot be taken from the schedule)."""
     stats = stats or CompileStats()
     start = time.perf_counter()
     layout = _Layout(graph)
@@ -190,10 +195,11 @@ def build(
                 texts.append(text.replace(f'@"{PLACEHOLDER}"', f'@"{name}"'))
         kernel = schedule.kernel
         args = tuple(layout.slot(step, t.name, kernel) for t in kernel.tensors.values())
-        calls.append(KernelCall(functions[key], args))
+        workload = workloads[step] if workloads is not None else kernel.workload_key()
+        calls.append(KernelCall(functions[key], args, workload))
     plan = plan_memory(layout.lifetimes, layout.in_place(schedules))
     calls = [
-        KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args))
+        KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args), c.workload)
         for c in calls
     ]
     entry = new_module(graph.name, target)

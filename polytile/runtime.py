@@ -126,12 +126,13 @@ class Timing:
 
 @dataclass(frozen=True)
 class CallTiming:
-    """One kernel call of a profiled run: its place in the model, its function and the
-    median seconds it took."""
+    """One kernel call of a profiled run: its place in the model, its function, the
+    median seconds it took and its kernel's workload key (tuning records' key)."""
 
     index: int
     function: str
     seconds: float
+    workload: str = ""
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,7 @@ class CompiledModel:
                     if run >= warmup:
                         times.append(time.perf_counter() - start)
         calls = tuple(
-            CallTiming(i, call.function, statistics.median(times))
+            CallTiming(i, call.function, statistics.median(times), call.workload)
             for i, (call, times) in enumerate(zip(self.manifest.calls, samples, strict=True))
         )
         return Profile(calls, self._with_copies(arrays, outputs))

@@ -3,10 +3,13 @@
 A line holds the record format version, polytile's version, the workload key (of the
 canonical kernel), the target (CPU, features, threads), the trace, the latencies in
 seconds, the error kind (None when the candidate built, ran and verified), the seed, a
-timestamp and the search space's decisions behind the trace (the tuner's population when
-it resumes). Lines are flushed and fsynced after each batch, so a crash loses at most the
-batch in flight and never a committed line; a partial or corrupt line is skipped with a
-warning when reading.
+timestamp, the search space's decisions behind the trace (the tuner's population when
+it resumes) and how the latencies were timed: "kernel" (the measurer ran the kernel
+alone, as the search compares candidates) or "model" (seconds per call of the kernel
+inside inferences of the whole model: `validate` re-ranks a task's best candidates so).
+Latencies of the two timings are not compared with each other. Lines are flushed and
+fsynced after each batch, so a crash loses at most the batch in flight and never a
+committed line; a partial or corrupt line is skipped with a warning when reading.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from polytile.errors import TuningError
 RECORD_VERSION = 1
 #: error kinds of a failed candidate
 ERRORS = ("illegal", "build", "runtime", "timeout", "crash", "wrong_result")
+#: how a record's latencies were timed: the kernel alone, or its calls inside the model
+TIMINGS = ("kernel", "model")
 
 
 def _polytile_version() -> str:
@@ -48,10 +53,14 @@ class Record:
     message: str = ""
     #: the search space's decisions that built the trace (None when unknown)
     decisions: Mapping[str, Any] | None = None
+    #: "kernel" (timed alone) or "model" (timed inside the model's inferences)
+    timing: str = "kernel"
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERRORS:
             raise ValueError(f"unknown record error kind {self.error!r}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"unknown record timing {self.timing!r}")
 
     @property
     def ok(self) -> bool:
@@ -78,6 +87,7 @@ class Record:
             "seed": self.seed,
             "timestamp": self.timestamp,
             "decisions": dict(self.decisions) if self.decisions is not None else None,
+            "timing": self.timing,
         }
 
     @staticmethod
@@ -94,6 +104,7 @@ class Record:
             polytile=str(data.get("polytile", "")),
             message=str(data.get("message", "")),
             decisions=data.get("decisions"),
+            timing=str(data.get("timing", "kernel")),
         )
 
 
@@ -163,10 +174,24 @@ class RecordFile:
 def best_records(
     records: Sequence[Record] | RecordFile, target: Mapping[str, Any]
 ) -> dict[str, Record]:
-    """The fastest verified record per workload, for one target."""
+    """The fastest verified record per workload, for one target. A workload whose
+    candidates were timed inside the model takes the fastest of its latest such
+    validation (its records share one timestamp): in the model, where it runs, a kernel
+    can rank otherwise than alone, and a later validation saw the later candidates."""
     best: dict[str, Record] = {}
+    latest: dict[str, float] = {}
+    chosen: dict[str, Record] = {}
     for r in records:
-        better = r.workload not in best or r.latency < best[r.workload].latency
-        if r.ok and same_target(r.target, target) and better:
+        if not (r.ok and same_target(r.target, target)):
+            continue
+        if r.timing == "model":
+            if r.timestamp > latest.get(r.workload, -1.0):
+                latest[r.workload] = r.timestamp
+                chosen.pop(r.workload, None)
+            if r.timestamp == latest[r.workload] and (
+                r.workload not in chosen or r.latency < chosen[r.workload].latency
+            ):
+                chosen[r.workload] = r
+        elif r.workload not in best or r.latency < best[r.workload].latency:
             best[r.workload] = r
-    return best
+    return best | chosen

@@ -48,6 +48,7 @@ from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, trace_key
 from .space import Candidate, Decisions, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
+from .validate import ValidateConfig, Validation, validate
 
 STRATEGIES = ("evolutionary", "random")
 #: Ansor's task-gradient weights: the recent slope against the optimistic guess
@@ -135,12 +136,16 @@ class TuneResult:
     tasks: tuple[TaskSummary, ...]
     trials: int
     seconds: float
+    #: the in-model re-ranking after the search (None when it did not run)
+    validation: Validation | None = None
 
     def estimated_ms(self, tuned: bool) -> float:
         """Σ weight × kernel latency: the model's latency as the tasks add it up."""
         return sum(t.weight * (t.best_ms if tuned else t.default_ms) for t in self.tasks)
 
     def table(self) -> str:
+        if not self.tasks:  # validation only
+            return self.validation.table() if self.validation is not None else "no tasks tuned"
         head = (
             f"{'ID':>3} | {'kind':<18} | {'FLOPs':>12} | {'weight':>6} | {'GFLOPS':>8} | "
             f"{'default ms':>10} | {'best ms':>9} | {'trials':>6}"
@@ -155,6 +160,8 @@ class TuneResult:
             f"estimated model latency: default {self.estimated_ms(False):.3f} ms → "
             f"tuned {self.estimated_ms(True):.3f} ms ({self.trials} trials, {self.seconds:.0f} s)"
         )
+        if self.validation is not None and self.validation.tasks:
+            lines.append(self.validation.table())
         return "\n".join(lines)
 
 
@@ -212,7 +219,8 @@ class Tuner:
         self.states: list[TaskState] = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
-            previous.setdefault(r.workload, []).append(r)
+            if r.timing == "kernel":  # in-model times do not compare with the search's
+                previous.setdefault(r.workload, []).append(r)
         for task in tasks:
             state = TaskState(
                 task,
@@ -409,17 +417,25 @@ def tune(
     pool: int = 6,
     cost_model_kind: str = "regression",
     start_from_default: bool = True,
+    validation: ValidateConfig | None = None,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
-    appending every measurement to the JSONL file `records`; resumes from it. With
+    appending every measurement to the JSONL file `records`; resumes from it. Then, with
+    `validation`, each task's best candidates are timed inside the model and the fastest
+    there is what `compile` applies (`search.validate`); `trials=0` only validates. With
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
     only your own) and saved there at the end; otherwise a new `cost_model_kind` model
     ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
     the evolutionary population start from samples only (an ablation)."""
-    if trials < 1:
-        raise InputError(f"tune: trials must be at least 1, got {trials}")
+    if trials < 0 or (trials == 0 and validation is None):
+        raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
     target = host(num_threads)
     all_tasks = extract_tasks(model, input_shapes)
+    if trials == 0 and validation is not None:  # no search: no tuner to build and train
+        start = time.perf_counter()
+        chosen = select_tasks(all_tasks, tasks)
+        checked = validate(model, chosen, RecordFile(records), target, validation, input_shapes)
+        return TuneResult((), 0, time.perf_counter() - start, checked)
     if cost_model_kind not in (*MODELS, "random"):
         raise InputError(
             f"tune: cost_model_kind must be one of {(*MODELS, 'random')}, not {cost_model_kind!r}"
@@ -446,7 +462,7 @@ def tune(
     start = time.perf_counter()
     used = 0
     bar = None
-    if progress:
+    if progress and trials:
         from tqdm import tqdm
 
         bar = tqdm(total=trials, desc="tune", unit="trial")
@@ -466,4 +482,10 @@ def tune(
         bar.close()
     if cost_model is not None and isinstance(tuner.model, GBModel):
         tuner.model.save(cost_model)
-    return tuner.summary(time.perf_counter() - start, used)
+    checked = None
+    if validation is not None:
+        if progress:
+            print("timing the best candidates inside the model ...", flush=True)
+        chosen = [s.task for s in tuner.states]
+        checked = validate(model, chosen, tuner.records, target, validation, input_shapes)
+    return replace(tuner.summary(time.perf_counter() - start, used), validation=checked)

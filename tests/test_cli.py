@@ -178,8 +178,10 @@ def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, caps
     argv += ["--workers", "2", "--cost-model", str(model), "--cost-model-kind", "ranking"]
     argv += ["--no-flush-cache"]
     assert cli.main(argv) == 0
-    assert "estimated model latency" in capsys.readouterr().out
-    assert len(RecordFile(records).read()) == 4
+    out = capsys.readouterr().out
+    assert "estimated model latency" in out and "in-model validation" in out
+    timings = [r.timing for r in RecordFile(records).read()]
+    assert timings[:4] == ["kernel"] * 4 and set(timings[4:]) == {"model"}  # validated
     assert isinstance(load_model(model), RankModel)
     assert cli.main([*argv[:6], "--workers", "0"]) == cli.EXIT_BAD_INPUT
     assert "workers" in capsys.readouterr().err
@@ -204,6 +206,28 @@ def test_tune_flushes_caches_unless_told_not_to(
     argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
     assert cli.main(argv) == cli.EXIT_BAD_INPUT
     assert seen["measure"].flush_cache is flushed
+
+
+@pytest.mark.parametrize(
+    ("flag", "top"), [([], 3), (["--validate", "5"], 5), (["--validate", "0"], 0)]
+)
+def test_tune_validates_in_the_model_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], top: int
+) -> None:
+    import polytile.search.tune as tune_module
+
+    seen = {}
+
+    def fake_tune(*args: object, validation: object, **kwargs: object) -> object:
+        seen["validation"] = validation
+        raise InputError("stop here")
+
+    monkeypatch.setattr(tune_module, "tune", fake_tune)
+    path = write_model(tmp_path / "relu.onnx")
+    argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    validation = seen["validation"]
+    assert (validation.top if validation is not None else 0) == top
 
 
 def matmul_model(path: Path) -> Path:

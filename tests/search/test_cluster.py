@@ -279,5 +279,5 @@ def test_cli_compiles_the_zoo_and_tunes_on_the_cluster(
     records = tmp_path / "r.jsonl"
     argv = ["tune", str(model), "--trials", "2", "--batch", "2", "--records", str(records)]
     assert cli.main([*argv, "--threads", "1", "--scheduler", address]) == 0
-    measured = RecordFile(records).read()
-    assert len(measured) == 2 and all(r.ok for r in measured)
+    measured = [r for r in RecordFile(records).read() if r.timing == "kernel"]
+    assert len(measured) == 2 and all(r.ok for r in measured)  # then validated in the model

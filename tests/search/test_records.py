@@ -50,3 +50,32 @@ def test_partial_and_corrupt_lines_are_skipped_with_a_warning(tmp_path: Path) ->
 def test_unknown_error_kind_is_rejected() -> None:
     with pytest.raises(ValueError, match="error kind"):
         Record("w", TARGET, (), (), error="oops")
+
+
+def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> None:
+    f = RecordFile(tmp_path / "r.jsonl")
+    f.append([record(timing="model")])
+    line = record().to_json()
+    del line["timing"]  # a line written before records said how they were timed
+    with open(f.path, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    assert [r.timing for r in f.read()] == ["model", "kernel"]
+    with pytest.raises(ValueError, match="timing"):
+        record(timing="wall")
+
+
+def test_best_takes_the_fastest_of_the_latest_in_model_validation() -> None:
+    def traced(loop: str, latency: float, **kw: object) -> Record:
+        step = {"kind": "split", "args": {"loop": loop}}
+        return Record("w", TARGET, (step,), (latency,), **kw)  # type: ignore[arg-type]
+
+    alone = [traced("a", 1e-4), traced("b", 2e-3), traced("c", 3e-3)]
+    assert best_records(alone, TARGET)["w"].trace[0]["args"]["loop"] == "a"
+    first = [traced("a", 5e-3, timing="model", timestamp=10.0),
+             traced("b", 4e-3, timing="model", timestamp=10.0)]  # fmt: skip
+    best = best_records([*alone, *first], TARGET)["w"]
+    assert best.trace[0]["args"]["loop"] == "b"  # faster in the model, though not alone
+    later = [traced("a", 6e-3, timing="model", timestamp=20.0),
+             traced("c", 7e-3, timing="model", timestamp=20.0)]  # fmt: skip
+    best = best_records([*alone, *later, *first], TARGET)["w"]
+    assert best.trace[0]["args"]["loop"] == "a" and best.latency == 6e-3

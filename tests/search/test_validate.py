@@ -1,0 +1,91 @@
+"""In-model validation: the tasks' best candidates are timed inside the model, and
+compile applies the fastest there even when the search timed another one faster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polytile as pt
+from polytile.codegen.target import host
+from polytile.compiler import default_config
+from polytile.errors import InputError
+from polytile.poly.default import default_schedule
+from polytile.search.records import Record, RecordFile, best_records
+from polytile.search.tasks import extract_tasks
+from polytile.search.tune import tune
+from polytile.search.validate import ValidateConfig, validate
+
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((256, 256)).astype(np.float32)
+QUICK = ValidateConfig(top=2, rounds=3, repeat=3)
+
+
+def model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(W, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_profiled_calls_name_their_tasks_workloads(tmp_path: Path) -> None:
+    compiled = pt.compile(model())
+    keys = {t.key for t in extract_tasks(model())}
+    assert {c.workload for c in compiled.profile(repeat=1).calls} == keys
+    loaded = pt.load(compiled.save(tmp_path / "m.ptm"))
+    assert {c.workload for c in loaded.manifest.calls} == keys
+
+
+def test_validation_overrules_a_search_timing_the_model_disagrees_with(tmp_path: Path) -> None:
+    target = host()
+    (task,) = extract_tasks(model())
+    default = tuple(default_schedule(task.kernel, default_config(target)).trace_json())
+    # the search's best by far, as recorded: the untransformed loop nest (scalar, serial)
+    naive = Record(task.key, target.key(), (), (1e-9,))
+    path = tmp_path / "r.jsonl"
+    RecordFile(path).append([naive, Record(task.key, target.key(), default, (1e-3,))])
+    assert best_records(RecordFile(path), target.key())[task.key].trace == ()
+    found = validate(model(), [task], RecordFile(path), target, QUICK)
+    (row,) = found.tasks
+    assert row.labels == ("#1", "default") and row.chosen == 1
+    timed = [r for r in RecordFile(path).read() if r.timing == "model"]
+    assert len(timed) == 2 and len({r.timestamp for r in timed}) == 1
+    # each of the two candidates ran in `contexts` of the four variants, every turn
+    assert all(len(r.latencies) == QUICK.contexts * QUICK.rounds for r in timed)
+    assert best_records(RecordFile(path), target.key())[task.key].trace == default
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    got = pt.compile(model(), records=str(path)).run({"x": x})[0]
+    assert got.shape == (256, 256) and got.dtype == np.float32
+    np.testing.assert_allclose(got, np.maximum(x @ W, 0), rtol=1e-4, atol=1e-4)
+    assert "*default" in found.table()
+
+
+def test_tune_validates_after_the_search_and_resumes_without_model_records(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r.jsonl"
+    with pytest.raises(InputError, match="0 only with validation"):
+        tune(model(), trials=0, records=str(path), progress=False)
+    result = tune(model(), trials=4, records=str(path), batch=2, progress=False, validation=QUICK)
+    assert result.validation is not None and len(result.validation.tasks) == 1
+    assert "in-model validation" in result.table()
+    records = RecordFile(path).read()
+    alone = [r for r in records if r.timing == "kernel"]
+    assert len(alone) == 4 and len(records) > 4
+    again = tune(model(), trials=2, records=str(path), batch=2, progress=False)
+    assert again.tasks[0].trials == 6  # the model records are not search trials
+    only = tune(model(), trials=0, records=str(path), progress=False, validation=QUICK)
+    assert only.trials == 0 and only.validation is not None and only.validation.tasks
+    assert only.table().startswith("in-model validation")
