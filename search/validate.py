@@ -121,10 +121,11 @@ def validate(
     """Time the tasks' best candidates inside the model, append them as "model" records
     and return the table (tasks without a candidate beside the default are left out)."""
     from polytile.compiler import compile as compile_model
+    from polytile.compiler import default_config
 
     config = config or ValidateConfig()
     start = time.perf_counter()
-    defaults = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+    defaults = default_config(target)
     every = records.read(target=target.key())
     by_task = {
         t.key: _candidates(t, [r for r in every if r.workload == t.key], defaults, config.top)

@@ -187,18 +187,27 @@ def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, caps
     assert "workers" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flag", "flushed"), [([], True), (["--no-flush-cache"], False)])
-def test_tune_flushes_caches_unless_told_not_to(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], flushed: bool
+@pytest.mark.parametrize(
+    ("flag", "flushed", "top"),
+    [
+        ([], True, 3),
+        (["--no-flush-cache"], False, 3),
+        (["--validate", "5"], True, 5),
+        (["--validate", "0"], True, 0),
+    ],
+)
+def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], flushed: bool, top: int
 ) -> None:
-    """Whole-model tuning times kernels cold by default: warm timings chose schedules that
-    lost in the model (see the ResNet-50 results)."""
+    """Whole-model tuning times kernels cold by default (warm timings chose schedules that
+    lost in the model, see the ResNet-50 results), then re-ranks the best candidates of
+    each task inside the model."""
     import polytile.search.tune as tune_module
 
     seen = {}
 
-    def fake_tune(*args: object, measure: object, **kwargs: object) -> object:
-        seen["measure"] = measure
+    def fake_tune(*args: object, measure: object, validation: object, **kwargs: object) -> object:
+        seen.update(measure=measure, validation=validation)
         raise InputError("stop here")
 
     monkeypatch.setattr(tune_module, "tune", fake_tune)
@@ -206,26 +215,6 @@ def test_tune_flushes_caches_unless_told_not_to(
     argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
     assert cli.main(argv) == cli.EXIT_BAD_INPUT
     assert seen["measure"].flush_cache is flushed
-
-
-@pytest.mark.parametrize(
-    ("flag", "top"), [([], 3), (["--validate", "5"], 5), (["--validate", "0"], 0)]
-)
-def test_tune_validates_in_the_model_unless_told_not_to(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], top: int
-) -> None:
-    import polytile.search.tune as tune_module
-
-    seen = {}
-
-    def fake_tune(*args: object, validation: object, **kwargs: object) -> object:
-        seen["validation"] = validation
-        raise InputError("stop here")
-
-    monkeypatch.setattr(tune_module, "tune", fake_tune)
-    path = write_model(tmp_path / "relu.onnx")
-    argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
-    assert cli.main(argv) == cli.EXIT_BAD_INPUT
     validation = seen["validation"]
     assert (validation.top if validation is not None else 0) == top
 
