@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -68,8 +69,12 @@ class Record:
 
     @property
     def latency(self) -> float:
-        """The best measured time (seconds); infinite for a failed candidate."""
-        return min(self.latencies) if self.ok else float("inf")
+        """Seconds: the best measured time alone (what disturbs a lone kernel only slows
+        it); in the model, the median over the neighbours and turns it ran with, which is
+        how validation ranks; infinite for a failed candidate."""
+        if not self.ok:
+            return float("inf")
+        return min(self.latencies) if self.timing == "kernel" else statistics.median(self.latencies)
 
     def trace_key(self) -> str:
         return trace_key(self.trace)

@@ -60,6 +60,9 @@ def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> 
     with open(f.path, "a") as handle:
         handle.write(json.dumps(line) + "\n")
     assert [r.timing for r in f.read()] == ["model", "kernel"]
+    # alone, the best time; in the model, the median over neighbours and turns
+    assert record(latency=2.0).latency == 2.0
+    assert Record("w", TARGET, (), (1.0, 5.0, 6.0), timing="model").latency == 5.0
     with pytest.raises(ValueError, match="timing"):
         record(timing="wall")
 
