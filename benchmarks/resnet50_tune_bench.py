@@ -53,6 +53,8 @@ def main() -> None:
         help="time candidates with the caches flushed (weights cold, as in the model)",
     )
     args = parser.parse_args()
+    if args.trials == 0 and not args.validate and not args.measure_only:
+        parser.error("--trials 0 needs --validate K (it only validates)")
     path = str(zoo.materialize("resnet50"))
     table, seconds = "", 0.0
     if not args.measure_only:
@@ -106,8 +108,13 @@ def main() -> None:
         lines += [
             "",
             f"Tuning: the records hold {trials} trials on this CPU ({args.trials} of them "
-            f"this run, {seconds:.0f} s with the validation); then the {args.validate} best "
-            "candidates of each task and its default were timed in the model.",
+            f"this run, {seconds:.0f} s)"
+            + (
+                f"; then the {args.validate} best candidates of each task and its default "
+                "were timed in the model."
+                if args.validate
+                else "; no in-model validation."
+            ),
             "",
             "```",
             table,

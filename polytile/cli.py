@@ -383,6 +383,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from polytile.search.tune import tune
     from polytile.search.validate import ValidateConfig
 
+    if args.validate < 0:
+        raise InputError(f"--validate takes a count of candidates (0: off), not {args.validate}")
     path = resolve_model(args.model, args.seed)
     budget = parse_duration(args.time_budget) if args.time_budget else None
     result = tune(

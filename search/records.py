@@ -182,8 +182,11 @@ def best_records(
     """The fastest verified record per workload, for one target. A workload whose
     candidates were timed inside the model takes the fastest of its latest such
     validation (its records share one timestamp): in the model, where it runs, a kernel
-    can rank otherwise than alone, and a later validation saw the later candidates."""
+    can rank otherwise than alone, and a later validation saw the later candidates. A
+    validation older than the workload's newest candidate timed alone no longer applies
+    (it did not see that candidate)."""
     best: dict[str, Record] = {}
+    newest: dict[str, float] = {}
     latest: dict[str, float] = {}
     chosen: dict[str, Record] = {}
     for r in records:
@@ -197,6 +200,8 @@ def best_records(
                 r.workload not in chosen or r.latency < chosen[r.workload].latency
             ):
                 chosen[r.workload] = r
-        elif r.workload not in best or r.latency < best[r.workload].latency:
+            continue
+        newest[r.workload] = max(r.timestamp, newest.get(r.workload, r.timestamp))
+        if r.workload not in best or r.latency < best[r.workload].latency:
             best[r.workload] = r
-    return best | chosen
+    return best | {k: r for k, r in chosen.items() if latest[k] >= newest.get(k, latest[k])}

@@ -6,21 +6,22 @@ other kernels: its input just written by every thread, its weights evicted, the 
 full of the previous kernels' lines. There candidates can rank otherwise. On a 2-vCPU
 Zen 5, ResNet-50's 2048→512 1×1 conv took 0.41 ms a call in the model under the search's
 best candidate and 0.34 ms under the default schedule, which the search had timed slower;
-re-ranking every task's three best candidates and the default this way made the whole
-model 3-4% faster.
+its layer-4 downsample conv 0.90 ms under each of the search's three best (the 7-row loop
+outermost and parallel: every thread reads all the weights) and 0.61 ms under the
+default. Re-ranking every task's three best candidates and the default this way made the
+whole model 2.5-4% faster.
 
 So after the search, `validate` times each task's best `top` distinct verified candidates
-and its default schedule in compiled variants of the model: every variant runs one
-candidate of each task (every other kernel as `compile` would), each candidate runs in
-`contexts` variants, and the candidates are dealt to the variants with a random offset
-per task, so that a candidate's neighbours differ between its variants and do not follow
-its rank (a kernel's time in the model depends on the kernels before it: with every task
-on its first candidate in one variant and on its default in another, a kernel whose two
-candidates were the same code took 0.91 and 0.61 ms). The variants are profiled in turns;
-a candidate's time is the median, over its variants and the turns, of its calls' mean
-seconds. Every candidate's in-model time is appended as a "model" record, all with one
-timestamp, and `best_records` takes the fastest of the latest validation over any
-alone-timed record.
+and its default schedule in `contexts × (top + 1)` compiled variants of the model: every
+variant runs one candidate of each task (every other kernel as `compile` would), each
+candidate runs in at least `contexts` variants, and the candidates are dealt to the
+variants with a random offset per task and context (`deal`), so that a candidate's
+neighbours (a kernel's time depends on the kernels before it) differ between its variants
+and do not follow its rank. The variants are profiled in turns; a candidate's time is the
+median, over its variants and the turns, of its calls' mean seconds. Every candidate's
+in-model time is appended as a "model" record, all with one timestamp, and
+`best_records` takes the fastest of the latest validation, unless the search measured
+the task again since.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +79,8 @@ class Validation:
     seconds: float
 
     def table(self) -> str:
+        if not self.tasks:
+            return "in-model validation: no task has a verified candidate beside its default"
         lines = [f"in-model validation ({self.seconds:.0f} s): ms per call, * = chosen"]
         for t in self.tasks:
             cells = "  ".join(
@@ -110,6 +114,20 @@ def _candidates(
     return [*found, _Candidate("default", default, None)]
 
 
+def deal(sizes: Mapping[str, int], contexts: int, seed: int) -> list[dict[str, int]]:
+    """The variants: which candidate of each task (of `sizes[task]`) each one runs. Per
+    context, the `max(sizes)` ranks are dealt to consecutive variants with a random
+    offset per task and context, so every candidate runs in at least `contexts` variants
+    and beside other candidates of the other tasks in each."""
+    rng = random.Random(seed)
+    ranks = max(sizes.values())
+    variants: list[dict[str, int]] = []
+    for _ in range(contexts):
+        offset = {k: rng.randrange(ranks) for k in sizes}
+        variants += [{k: (j + offset[k]) % n for k, n in sizes.items()} for j in range(ranks)]
+    return variants
+
+
 def validate(
     model: ModelSource,
     tasks: Sequence[Task],
@@ -135,22 +153,14 @@ def validate(
     if not by_task:
         return Validation((), time.perf_counter() - start)
     others = [r for k, r in best_records(every, target.key()).items() if k not in by_task]
-    variants = config.contexts * max(len(c) for c in by_task.values())
-    rng = random.Random(config.seed)
-    offset = {k: rng.randrange(len(c)) for k, c in by_task.items()}
-
-    def dealt(key: str, j: int) -> int:
-        """The candidate of task `key` that variant j runs."""
-        return (j + offset[key]) % len(by_task[key])
-
+    deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
     compiled = []
-    for j in range(variants):
+    for dealt in deals:
         # one record per workload: compile applies it whatever its latency says
         chosen = [
-            Record(workload=k, target=target.key(), trace=c[dealt(k, j)].trace,
-                   latencies=(1.0,))
+            Record(workload=k, target=target.key(), trace=c[dealt[k]].trace, latencies=(1.0,))
             for k, c in by_task.items()
-        ]  # fmt: skip
+        ]
         compiled.append(
             compile_model(model, records=[*others, *chosen], input_shapes=input_shapes,
                           target=target)
@@ -158,19 +168,26 @@ def validate(
     feeds = compiled[0].random_inputs(config.seed)
     samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(config.rounds):
-        for j, m in enumerate(compiled):
+        for dealt, m in zip(deals, compiled, strict=True):
             per_call: dict[str, list[float]] = {}
             for call in m.profile(feeds, repeat=config.repeat).calls:
                 per_call.setdefault(call.workload, []).append(call.seconds)
             for key in by_task:
                 if key in per_call:
                     calls = per_call[key]
-                    samples.setdefault((key, dealt(key, j)), []).append(sum(calls) / len(calls))
+                    samples.setdefault((key, dealt[key]), []).append(sum(calls) / len(calls))
     stamp = time.time()
     rows, written = [], []
     for task in tasks:
         cands = by_task.get(task.key)
-        if cands is None or any((task.key, i) not in samples for i in range(len(cands))):
+        if cands is None:
+            continue
+        if any((task.key, i) not in samples for i in range(len(cands))):
+            warnings.warn(
+                f"validate: task {task.index} ({task.kind}) ran in no profiled call; "
+                "its candidates are left as they were",
+                stacklevel=2,
+            )
             continue
         times = [samples[(task.key, i)] for i in range(len(cands))]
         medians = [statistics.median(s) for s in times]

@@ -219,6 +219,14 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
     assert (validation.top if validation is not None else 0) == top
 
 
+def test_tune_rejects_a_negative_validation_count(tmp_path: Path, capsys) -> None:
+    path = write_model(tmp_path / "relu.onnx")
+    argv = ["tune", str(path), "--records", str(tmp_path / "r.jsonl"), "--validate", "-1"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert "--validate" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 def matmul_model(path: Path) -> Path:
     w = onnx.numpy_helper.from_array(np.ones((64, 96), dtype=np.float32), "w")
     graph = helper.make_graph(

@@ -72,7 +72,7 @@ def test_best_takes_the_fastest_of_the_latest_in_model_validation() -> None:
         step = {"kind": "split", "args": {"loop": loop}}
         return Record("w", TARGET, (step,), (latency,), **kw)  # type: ignore[arg-type]
 
-    alone = [traced("a", 1e-4), traced("b", 2e-3), traced("c", 3e-3)]
+    alone = [traced(loop, t, timestamp=1.0) for loop, t in (("a", 1e-4), ("b", 2e-3), ("c", 3e-3))]
     assert best_records(alone, TARGET)["w"].trace[0]["args"]["loop"] == "a"
     first = [traced("a", 5e-3, timing="model", timestamp=10.0),
              traced("b", 4e-3, timing="model", timestamp=10.0)]  # fmt: skip
@@ -82,3 +82,7 @@ def test_best_takes_the_fastest_of_the_latest_in_model_validation() -> None:
              traced("c", 7e-3, timing="model", timestamp=20.0)]  # fmt: skip
     best = best_records([*alone, *later, *first], TARGET)["w"]
     assert best.trace[0]["args"]["loop"] == "a" and best.latency == 6e-3
+    # a candidate the search measured after the validation: the validation did not see it
+    newer = traced("d", 5e-3, timestamp=30.0)
+    best = best_records([*alone, *later, *first, newer], TARGET)["w"]
+    assert best.trace[0]["args"]["loop"] == "a" and best.latency == 1e-4 and best.timing == "kernel"

@@ -18,7 +18,7 @@ from polytile.poly.default import default_schedule
 from polytile.search.records import Record, RecordFile, best_records
 from polytile.search.tasks import extract_tasks
 from polytile.search.tune import tune
-from polytile.search.validate import ValidateConfig, validate
+from polytile.search.validate import ValidateConfig, deal, validate
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((256, 256)).astype(np.float32)
@@ -46,6 +46,18 @@ def test_profiled_calls_name_their_tasks_workloads(tmp_path: Path) -> None:
     assert {c.workload for c in compiled.profile(repeat=1).calls} == keys
     loaded = pt.load(compiled.save(tmp_path / "m.ptm"))
     assert {c.workload for c in loaded.manifest.calls} == keys
+
+
+def test_every_candidate_runs_in_each_context_beside_other_neighbours() -> None:
+    sizes = {"a": 4, "b": 4, "c": 2}
+    variants = deal(sizes, contexts=3, seed=0)
+    assert len(variants) == 12
+    for key, n in sizes.items():
+        runs = [v[key] for v in variants]
+        assert all(runs.count(i) >= 3 for i in range(n))
+    contexts = [{tuple(sorted(v.items())) for v in variants[i : i + 4]} for i in (0, 4, 8)]
+    assert contexts[0] != contexts[1] and contexts[1] != contexts[2]  # not copies
+    assert deal(sizes, 3, seed=0) == variants  # seeded
 
 
 def test_validation_overrules_a_search_timing_the_model_disagrees_with(tmp_path: Path) -> None:
