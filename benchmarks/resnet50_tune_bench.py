@@ -71,7 +71,7 @@ def main() -> None:
         table = result.table()
         print(table)
     target = host()
-    measured = [r for r in RecordFile(args.records).read(target=target.key())]
+    measured = RecordFile(args.records).read(target=target.key())
     trials = sum(r.timing == "kernel" for r in measured)
     best = best_records(measured, target.key())
     # other CPUs' best records stay: each machine applies only its own

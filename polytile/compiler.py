@@ -108,7 +108,7 @@ def compile(
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
-    return build(graph, schedules, target, stats, workloads=workloads)
+    return build(graph, schedules, workloads, target, stats)
 
 
 def default_config(target: Target) -> DefaultConfig:
@@ -160,10 +160,10 @@ def replay_record(kernel: Kernel, record: Any) -> Schedule | None:
 def build(
     graph: Graph,
     schedules: Sequence[Schedule],
+    workloads: Sequence[str],
     target: Target,
     stats: CompileStats | None = None,
     workers: int | None = None,
-    workloads: Sequence[str] | None = None,
 ) -> CompiledModel:
     """The native module of a graph whose groups (in order) run the given schedules;
     `workloads` are the groups' workload keys (a trace that inlines rewrites its
@@ -195,8 +195,7 @@ def build(
                 texts.append(text.replace(f'@"{PLACEHOLDER}"', f'@"{name}"'))
         kernel = schedule.kernel
         args = tuple(layout.slot(step, t.name, kernel) for t in kernel.tensors.values())
-        workload = workloads[step] if workloads is not None else kernel.workload_key()
-        calls.append(KernelCall(functions[key], args, workload))
+        calls.append(KernelCall(functions[key], args, workloads[step]))
     plan = plan_memory(layout.lifetimes, layout.in_place(schedules))
     calls = [
         KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args), c.workload)

@@ -145,9 +145,11 @@ def validate(
     start = time.perf_counter()
     defaults = default_config(target)
     every = records.read(target=target.key())
+    of_workload: dict[str, list[Record]] = {}
+    for r in every:
+        of_workload.setdefault(r.workload, []).append(r)
     by_task = {
-        t.key: _candidates(t, [r for r in every if r.workload == t.key], defaults, config.top)
-        for t in tasks
+        t.key: _candidates(t, of_workload.get(t.key, []), defaults, config.top) for t in tasks
     }
     by_task = {k: c for k, c in by_task.items() if len(c) > 1}
     if not by_task:
