@@ -146,6 +146,8 @@ class Instance:
             return value
         n = self.lanes.count
         vty = ir.VectorType(value.type, n)
+        if isinstance(value, ir.Constant) and isinstance(value.constant, (int, float)):
+            return ir.Constant(vty, [value.constant] * n)
         one = self.b.insert_element(ir.Constant(vty, None), value, ir.Constant(I32, 0))
         mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
         return self.b.shuffle_vector(one, ir.Constant(vty, None), mask)
@@ -304,8 +306,7 @@ class Instance:
             if op in simple:
                 return simple[op](a, c, flags=FAST)
             if op in ("max", "min"):
-                name = "maximum" if op == "max" else "minimum"
-                return b.call(self.mc.intrinsic(name, a.type, 2), [a, c])
+                return self.float_extremum(op, a, c)
             if op == "pow":
                 return b.call(self.mc.intrinsic("pow", a.type, 2), [a, c])
         else:
@@ -324,6 +325,20 @@ class Instance:
                 r = b.call(self.mc.intrinsic("pow", wide, 2), [to(a, wide), to(c, wide)])
                 return b.fptosi(r, a.type) if signed else b.fptoui(r, a.type)
         raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
+
+    def float_extremum(self, op: str, a: ir.Value, c: ir.Value) -> ir.Value:
+        """max / min that return NaN when either operand is NaN, as a compare and select
+        (one `vmaxps` / `vminps`) and a NaN check on the other operand only where it can be
+        NaN. LLVM's `maximum` also orders -0 below +0, which costs a sign test and two
+        blends per call (MaxPool and ReLU spend most of their instructions on it)."""
+        b = self.b
+        if _never_nan(a) and not _never_nan(c):
+            a, c = c, a
+        # x86's max / min return the second operand when the pair is unordered
+        picked = b.select(b.fcmp_ordered(">" if op == "max" else "<", a, c), a, c)
+        if _never_nan(a):
+            return picked
+        return b.select(b.fcmp_unordered("uno", a, a), a, picked)
 
     def int_division(self, op: str, a: ir.Value, c: ir.Value, signed: bool) -> ir.Value:
         """C's truncating division / remainder, with x/0 = x%0 = 0 and no overflow trap."""
@@ -383,3 +398,12 @@ def _constant_like(ty: ir.Type, value: float | int) -> ir.Constant:
     if isinstance(ty, ir.VectorType):
         return ir.Constant(ty, [scalar] * ty.count)
     return ir.Constant(ty, scalar)
+
+
+def _never_nan(value: ir.Value) -> bool:
+    """A constant (scalar or splat) that is not NaN."""
+    if isinstance(value, ir.Constant):
+        items = value.constant if isinstance(value.constant, list) else [value.constant]
+        items = [i.constant if isinstance(i, ir.Constant) else i for i in items]
+        return all(isinstance(v, (int, float)) and v == v for v in items)
+    return False

@@ -317,3 +317,44 @@ def test_strided_vector_loads(stride: int, dtype: str) -> None:
     schedule = T.vectorize(initial_schedule(k), "j")
     check(schedule, inputs_for(k))
     assert ("llvm.masked.load" in NativeKernel(schedule).ir) is (stride <= 4)
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_float_max_and_min_propagate_nan_from_either_operand(vector: bool) -> None:
+    """Max / min are a compare and select plus a NaN check (not LLVM's `maximum`, whose
+    signed-zero ordering costs two blends per call); a NaN in either operand, the
+    running value of a `max=` reduction or the input of a ReLU-like `max(x, 0)` must still
+    come out as NaN, as numpy's `maximum` / `minimum` give."""
+    k = kernel(
+        "Y[i, j] = max(A[i, j], B[i, j])",
+        "Z[i, j] = min(A[i, j], B[i, j])",
+        "R[i, j] = max(A[i, j], 0)",
+        "S[i, j] = min(0.5, B[i, j])",
+        "M[i] max= A[i, j]",
+        "N[i] min= B[i, j]",
+        A=(4, 16),
+        B=(4, 16),
+    )
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 16)).astype(np.float32)
+    b = rng.standard_normal((4, 16)).astype(np.float32)
+    a[0, 3] = b[1, 5] = a[2, 7] = b[2, 7] = np.nan
+    a[3, 0] = b[3, 15] = np.nan
+    schedule = initial_schedule(k)
+    if vector:
+        for loop in ("j", "j_1", "j_2", "j_3"):
+            schedule = T.vectorize(schedule, loop)
+    native = NativeKernel(schedule)
+    assert "llvm.maximum" not in native.ir and "llvm.minimum" not in native.ir
+    got = native.outputs({"A": a, "B": b})
+    want = {
+        "Y": np.maximum(a, b),
+        "Z": np.minimum(a, b),
+        "R": np.maximum(a, 0),
+        "S": np.minimum(0.5, b),
+        "M": a.max(axis=1),
+        "N": b.min(axis=1),
+    }
+    for name, value in want.items():
+        assert got[name].shape == value.shape and got[name].dtype == value.dtype
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
