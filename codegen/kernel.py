@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from llvmlite import ir
 
@@ -30,7 +31,8 @@ from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
-from .llvm_types import I32, I64, PTR, ModuleContext
+from .llvm_types import I32, I64, PTR, ModuleContext, kind
+from .transpose import columns_to_rows, rows_to_columns
 from .values import Instance, Lanes
 
 #: unroll marks on loops with more iterations than this stay loops
@@ -172,7 +174,8 @@ class _Emitter:
         before the loop, kept in SSA values and written after it."""
         calls: list[Call] = []
         inner: dict[str, bool] = {}
-        if not self._collect(node.body, calls, inner):
+        loops: dict[str, str] = {}
+        if not self._collect(node.body, calls, inner, loops):
             return None
         if not calls or len({c.stmt for c in calls}) != 1:
             return None
@@ -194,22 +197,26 @@ class _Emitter:
                 if len(expanded) > 1 or (expanded and not _linear_in(arg, expanded[0])):
                     return None
                 key_vars.update(expanded)
-        return _Promotion(stmt.name, tuple(sorted(key_vars)), tuple(write_dims))
+        keys = tuple(sorted(key_vars))
+        return _Promotion(stmt.name, keys, tuple(write_dims), tuple(loops[v] for v in keys))
 
-    def _collect(self, node: AstNode, calls: list[Call], inner: dict[str, bool]) -> bool:
-        """Calls and inner loops (var → expanded into constants) below a node; False
-        when something else (a guard, a parallel loop) is there."""
+    def _collect(
+        self, node: AstNode, calls: list[Call], inner: dict[str, bool], loops: dict[str, str]
+    ) -> bool:
+        """Calls and inner loops (var → expanded into constants, var → schedule loop)
+        below a node; False when something else (a guard, a parallel loop) is there."""
         if isinstance(node, Call):
             calls.append(node)
             return True
         if isinstance(node, Block):
-            return all(self._collect(i, calls, inner) for i in node.items)
+            return all(self._collect(i, calls, inner, loops) for i in node.items)
         if isinstance(node, Mark):
-            return self._collect(node.body, calls, inner)
+            return self._collect(node.body, calls, inner, loops)
         if isinstance(node, For):
             # full and partial tiles are sibling loops of one name: expanded only if all are
             inner[node.var] = inner.get(node.var, True) and self._expanded(node)
-            return self._collect(node.body, calls, inner)
+            loops[node.var] = node.loop
+            return self._collect(node.body, calls, inner, loops)
         return False
 
     def _expanded(self, node: For) -> bool:
@@ -275,12 +282,61 @@ class _Emitter:
         return _Slot(cell, value.type, dims, lanes)
 
     def write_back(self, promotion: _Promotion) -> None:
+        """Store the accumulators after the loop; a run of them whose lanes lie rows
+        apart (`row_groups`) was loaded as rows and is stored as rows."""
         stmt = self.kernel.statement[promotion.stmt]
         t = self.kernel.tensors[stmt.tensor]
         text = flat_index(self.shape(t.name), stmt.index)
+        groups = self.row_groups(promotion, text)
+        for group in groups:
+            # rows as wide as the group needs: a power of two, at most the lanes
+            width = 1 << (len(group) - 1).bit_length()
+            with self.b.goto_block(promotion.pre):
+                first = Instance(self, stmt, group[0].dims, group[0].lanes)
+                rows = first.load_rows(t.name, t.dtype, text, len(group), width)
+                for slot, column in zip(group, rows_to_columns(self.b, rows), strict=False):
+                    self.b.store(column, slot.cell)
+            first = Instance(self, stmt, group[0].dims, group[0].lanes)
+            columns = [self.b.load(slot.cell, typ=slot.type) for slot in group]
+            rows = columns_to_rows(self.b, columns, width)
+            first.store_rows(t.name, t.dtype, text, rows, len(group))
+        grouped = {id(slot) for group in groups for slot in group}
         for slot in promotion.slots.values():
+            if id(slot) in grouped:
+                continue
             inst = Instance(self, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
+
+    def row_groups(self, promotion: _Promotion, text: str) -> list[list[_Slot]]:
+        """Runs of vector accumulators one element apart along an unrolled loop whose
+        lanes lie at least a run's length apart (a conv's channels in lanes, its pixel
+        block unrolled): `transpose` moves them as rows. Their lane-by-lane loads, emitted
+        when the accumulators were opened, are overwritten in the cells and left dead."""
+        stmt = self.kernel.statement[promotion.stmt]
+        if kind(self.kernel.tensors[stmt.tensor].dtype) == "b":
+            return []
+        for axis, loop in enumerate(promotion.key_loops):
+            if lane_strides(self.schedule, stmt.name, loop, {text: text})[text] != 1:
+                continue
+            runs: dict[tuple, list[tuple[int, _Slot]]] = {}
+            for key, slot in promotion.slots.items():
+                lanes = slot.lanes
+                if lanes is None or lanes.count & (lanes.count - 1) or lanes.count < 2:
+                    continue
+                runs.setdefault((*key[:axis], *key[axis + 1 :]), []).append((key[axis], slot))
+            groups: list[list[_Slot]] = []
+            for members in runs.values():
+                members.sort(key=lambda m: m[0])
+                run = [members[0][1]]
+                for (before, _), (value, slot) in pairwise(members):
+                    if value == before + 1 and len(run) < _lanes(slot):
+                        run.append(slot)
+                        continue
+                    groups.extend(_row_group(run, text))
+                    run = [slot]
+                groups.extend(_row_group(run, text))
+            return groups
+        return []
 
     def body_of(self, node: For) -> Callable[[Env], None]:
         """The loop body; in a loop with private temporaries, their offsets move to the
@@ -626,11 +682,23 @@ class _Promotion:
     #: expanded inner loops the accumulator's address depends on
     key_vars: tuple[str, ...]
     write_dims: tuple[str, ...]
+    #: the schedule loops of `key_vars`
+    key_loops: tuple[str, ...] = ()
     pre: ir.Block | None = None
     slots: dict[tuple, _Slot] = field(default_factory=dict)
 
 
 # --- helpers -----------------------------------------------------------------------------
+def _lanes(slot: _Slot) -> int:
+    return slot.lanes.count if slot.lanes is not None else 1
+
+
+def _row_group(run: list[_Slot], text: str) -> list[list[_Slot]]:
+    """The run as one group if it has two accumulators or more and each lane's row of
+    them does not reach the next lane's."""
+    lanes = run[0].lanes
+    apart = lanes.strides.get(text) if lanes is not None else None
+    return [run] if len(run) >= 2 and apart is not None and apart >= len(run) else []
 
 
 def _calls(node: AstNode) -> list[Call] | None:

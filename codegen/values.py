@@ -18,6 +18,7 @@ from polytile.poly.kernel import Statement
 from polytile.poly.quasi import flat_index, parse_index
 
 from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
+from .transpose import load_row, store_row
 
 #: the only floating-point liberty taken: fusing a multiply and an add (FMA)
 FAST = ("contract",)
@@ -120,6 +121,29 @@ class Instance:
         )
         picks = ir.Constant(ir.VectorType(I32, count), [stride * lane for lane in range(count)])
         return b.shuffle_vector(loaded, ir.Constant(wide, None), picks)
+
+    def load_rows(
+        self, tensor: str, dtype: str, text: str, count: int, width: int
+    ) -> list[ir.Value]:
+        """Each lane's row: the `count` elements from its address on, as one vector of
+        `width` (the rest undefined; nothing past them is read)."""
+        assert self.lanes is not None
+        vty = ir.VectorType(memory_type(dtype), width)
+        return [
+            load_row(self.mc, self.b, self.row_address(tensor, dtype, text, r), vty, count)
+            for r in range(self.lanes.count)
+        ]
+
+    def store_rows(
+        self, tensor: str, dtype: str, text: str, rows: list[ir.Value], count: int
+    ) -> None:
+        """Store the first `count` elements of each lane's row from its address on."""
+        for r, row in enumerate(rows):
+            store_row(self.mc, self.b, row, self.row_address(tensor, dtype, text, r), count)
+
+    def row_address(self, tensor: str, dtype: str, text: str, lane: int) -> ir.Value:
+        at = self.b.add(self.offset(text), ir.Constant(I64, self.stride(text) * lane))
+        return self.address(tensor, dtype, at)
 
     def store(self, tensor: str, dtype: str, text: str, value: ir.Value) -> None:
         b = self.b

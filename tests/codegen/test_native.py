@@ -358,3 +358,32 @@ def test_float_max_and_min_propagate_nan_from_either_operand(vector: bool) -> No
     for name, value in want.items():
         assert got[name].shape == value.shape and got[name].dtype == value.dtype
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cols", "block"),
+    [("float32", 30, 14), ("float32", 48, 16), ("float64", 21, 5), ("int32", 19, 3)],
+)
+def test_accumulators_with_lanes_rows_apart_move_as_rows(dtype: str, cols: int, block: int) -> None:
+    """A register tile with its rows in vector lanes (a conv's output channels) and an
+    unrolled block along the contiguous axis: its accumulators are loaded and stored as
+    one (masked) row per lane, as wide as the block needs, and transposed in registers,
+    not lane by lane; full and partial blocks (30 = 14 + 14 + 2) give the reference's
+    values."""
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 24), B=(24, cols), dtype=dtype)
+    lanes = 64 // np.dtype(dtype).itemsize
+    steps = [
+        ("split", {"loop": "i", "factors": (None, lanes)}),
+        ("split", {"loop": "j", "factors": (None, block)}),
+        ("reorder", {"order": ("i0", "j0", "k", "j1", "i1")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "i1"}),
+        ("unroll", {"loop": "j1"}),
+    ]
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    ir_text = NativeKernel(schedule).ir
+    masked = block < lanes
+    assert ("llvm.masked.store" in ir_text) is masked
+    assert ("llvm.masked.load" in ir_text) is masked
+    assert ir_text.count("shufflevector") >= 2 * lanes  # (lane by lane: only splats)
+    check(schedule, inputs_for(k))
