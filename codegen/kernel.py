@@ -10,15 +10,20 @@ The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
 - `parallel`: the loop body is outlined and run by `GOMP_parallel`; threads claim its
   iterations in guided chunks from a shared counter.
 
-Floating point follows the expressions exactly; only `contract` (FMA) is allowed.
-Integer division by zero yields 0 instead of trapping.
+A reduction loop whose body only accumulates into addresses fixed while it runs keeps
+those accumulators in registers (`promotable`): loaded before it, stored after it (as
+rows and a transpose in registers when their lanes lie rows apart, `row_groups`).
+
+Floating point follows the expressions exactly; only `contract` (FMA) is allowed, and a
+promoted float sum with too few accumulators to hide the FMA latency is reassociated
+into partial sums (`partial_sums`). Integer division by zero yields 0 instead of
+trapping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from llvmlite import ir
 
@@ -26,13 +31,14 @@ from polytile.errors import CodegenError
 from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.contract import Private, private_temporaries
 from polytile.poly.expr import Iter, Load, walk
-from polytile.poly.kernel import Kernel, Statement, mentions
+from polytile.poly.kernel import Kernel, Statement
 from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
-from .llvm_types import I32, I64, PTR, ModuleContext, kind
-from .transpose import columns_to_rows, rows_to_columns
+from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
+from .llvm_types import I32, I64, PTR, Env, ModuleContext
+from .promote import Accumulators, Promotion
 from .values import Instance, Lanes
 
 #: unroll marks on loops with more iterations than this stay loops
@@ -41,8 +47,6 @@ MAX_UNROLL = 64
 SHIFT = "%shift:"
 #: the environment entry of the thread running the enclosing parallel loop's iteration
 THREAD = "%thread"
-
-Env = dict[str, ir.Value]
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class _Shared:
     slots: dict[str, int] = field(default_factory=dict)
 
 
-class _Emitter:
+class _Emitter(Accumulators):
     def __init__(
         self,
         mc: ModuleContext,
@@ -109,7 +113,7 @@ class _Emitter:
         self.base = base
         self.in_parallel = in_parallel
         self.shared = shared or _Shared()
-        self.promotion: _Promotion | None = None
+        self.promotion: Promotion | None = None
         #: tensor → elements added to its offsets (a private temporary's slice)
         self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
@@ -156,75 +160,14 @@ class _Emitter:
         if promotion is None:
             self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
             return
-        pre = self.b.append_basic_block(f"{node.var}.acc")
-        self.b.branch(pre)
-        self.b.position_at_end(pre)
-        promotion.pre = pre
-        self.promotion = promotion
-        try:
-            self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
-        finally:
-            self.promotion = None
-        self.write_back(promotion)
-
-    # --- accumulators in registers ------------------------------------------------------
-    def promotable(self, node: For) -> _Promotion | None:
-        """A loop whose body only accumulates into addresses that stay fixed while it
-        runs (the reduction loops of a register tile): those accumulators are read
-        before the loop, kept in SSA values and written after it."""
-        calls: list[Call] = []
-        inner: dict[str, bool] = {}
-        loops: dict[str, str] = {}
-        if not self._collect(node.body, calls, inner, loops):
-            return None
-        if not calls or len({c.stmt for c in calls}) != 1:
-            return None
-        stmt = self.kernel.statement[calls[0].stmt]
-        if stmt.reduction is None or any(
-            isinstance(e, Load) and e.tensor == stmt.tensor for e in walk(stmt.expr)
-        ):
-            return None
-        write_dims = [d for d in stmt.dims if any(mentions(i, d) for i in stmt.index)]
-        key_vars: set[str] = set()
-        for call in calls:
-            for dim, arg in zip(stmt.dims, call.args, strict=True):
-                if dim not in write_dims:
-                    continue
-                used = _vars(arg)
-                if node.var in used or any(not inner[v] for v in used if v in inner):
-                    return None
-                expanded = [v for v in used if v in inner]
-                if len(expanded) > 1 or (expanded and not _linear_in(arg, expanded[0])):
-                    return None
-                key_vars.update(expanded)
-        keys = tuple(sorted(key_vars))
-        return _Promotion(stmt.name, keys, tuple(write_dims), tuple(loops[v] for v in keys))
-
-    def _collect(
-        self, node: AstNode, calls: list[Call], inner: dict[str, bool], loops: dict[str, str]
-    ) -> bool:
-        """Calls and inner loops (var → expanded into constants, var → schedule loop)
-        below a node; False when something else (a guard, a parallel loop) is there."""
-        if isinstance(node, Call):
-            calls.append(node)
-            return True
-        if isinstance(node, Block):
-            return all(self._collect(i, calls, inner, loops) for i in node.items)
-        if isinstance(node, Mark):
-            return self._collect(node.body, calls, inner, loops)
-        if isinstance(node, For):
-            # full and partial tiles are sibling loops of one name: expanded only if all are
-            inner[node.var] = inner.get(node.var, True) and self._expanded(node)
-            loops[node.var] = node.loop
-            return self._collect(node.body, calls, inner, loops)
-        return False
+        self.promoted_loop(node, env, promotion)
 
     def _expanded(self, node: For) -> bool:
         """Whether codegen emits the loop as straight-line copies with constant values."""
         if not isinstance(node.init, Int) or node.inc != Int(1):
             return False
-        bound = _upper(node)
-        limit = _exact(bound) if bound is not None else None
+        bound = upper(node)
+        limit = exact(bound) if bound is not None else None
         if limit is None:
             return False
         trips = limit - node.init.value
@@ -234,109 +177,6 @@ class _Emitter:
             lanes = self.vector_lanes(node)
             return lanes is not None and trips % lanes == 0 and trips // lanes <= MAX_UNROLL
         return False
-
-    def promoted_call(self, node: Call, env: Env, lanes: Lanes | None) -> bool:
-        promotion = self.promotion
-        if promotion is None or node.stmt != promotion.stmt:
-            return False
-        stmt = self.kernel.statement[node.stmt]
-        t = self.kernel.tensors[stmt.tensor]
-        values = [env[v] for v in promotion.key_vars]
-        if not all(isinstance(v, ir.Constant) for v in values):
-            raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
-        key = (*(v.constant for v in values), lanes.count if lanes is not None else 0)
-        slot = promotion.slots.get(key)
-        if slot is None:
-            slot = self.open_slot(promotion, stmt, node, env, lanes)
-            promotion.slots[key] = slot
-        inst = Instance(self, stmt, {}, lanes)
-        dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
-        inst.dims = dims
-        value = inst.value(stmt.expr)
-        old = self.b.load(slot.cell, typ=slot.type)
-        value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]
-        self.b.store(inst.splat(value), slot.cell)
-        return True
-
-    def open_slot(
-        self, promotion: _Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
-    ) -> _Slot:
-        """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
-        it a register)."""
-        t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(self.shape(t.name), stmt.index)
-        assert promotion.pre is not None
-        with self.b.goto_block(promotion.pre):
-            dims = {
-                d: self.int(a, env)
-                for d, a in zip(stmt.dims, node.args, strict=True)
-                if d in promotion.write_dims
-            }
-            inst = Instance(self, stmt, dims, lanes)
-            value = inst.splat(inst.load(t.name, t.dtype, text))
-        # (goto_block restores the position at the end of a block: no nesting)
-        with self.b.goto_entry_block():
-            cell = self.b.alloca(value.type)
-        with self.b.goto_block(promotion.pre):
-            self.b.store(value, cell)
-        return _Slot(cell, value.type, dims, lanes)
-
-    def write_back(self, promotion: _Promotion) -> None:
-        """Store the accumulators after the loop; a run of them whose lanes lie rows
-        apart (`row_groups`) was loaded as rows and is stored as rows."""
-        stmt = self.kernel.statement[promotion.stmt]
-        t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(self.shape(t.name), stmt.index)
-        groups = self.row_groups(promotion, text)
-        for group in groups:
-            # rows as wide as the group needs: a power of two, at most the lanes
-            width = 1 << (len(group) - 1).bit_length()
-            with self.b.goto_block(promotion.pre):
-                first = Instance(self, stmt, group[0].dims, group[0].lanes)
-                rows = first.load_rows(t.name, t.dtype, text, len(group), width)
-                for slot, column in zip(group, rows_to_columns(self.b, rows), strict=False):
-                    self.b.store(column, slot.cell)
-            first = Instance(self, stmt, group[0].dims, group[0].lanes)
-            columns = [self.b.load(slot.cell, typ=slot.type) for slot in group]
-            rows = columns_to_rows(self.b, columns, width)
-            first.store_rows(t.name, t.dtype, text, rows, len(group))
-        grouped = {id(slot) for group in groups for slot in group}
-        for slot in promotion.slots.values():
-            if id(slot) in grouped:
-                continue
-            inst = Instance(self, stmt, slot.dims, slot.lanes)
-            inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
-
-    def row_groups(self, promotion: _Promotion, text: str) -> list[list[_Slot]]:
-        """Runs of vector accumulators one element apart along an unrolled loop whose
-        lanes lie at least a run's length apart (a conv's channels in lanes, its pixel
-        block unrolled): `transpose` moves them as rows. Their lane-by-lane loads, emitted
-        when the accumulators were opened, are overwritten in the cells and left dead."""
-        stmt = self.kernel.statement[promotion.stmt]
-        if kind(self.kernel.tensors[stmt.tensor].dtype) == "b":
-            return []
-        for axis, loop in enumerate(promotion.key_loops):
-            if lane_strides(self.schedule, stmt.name, loop, {text: text})[text] != 1:
-                continue
-            runs: dict[tuple, list[tuple[int, _Slot]]] = {}
-            for key, slot in promotion.slots.items():
-                lanes = slot.lanes
-                if lanes is None or lanes.count & (lanes.count - 1) or lanes.count < 2:
-                    continue
-                runs.setdefault((*key[:axis], *key[axis + 1 :]), []).append((key[axis], slot))
-            groups: list[list[_Slot]] = []
-            for members in runs.values():
-                members.sort(key=lambda m: m[0])
-                run = [members[0][1]]
-                for (before, _), (value, slot) in pairwise(members):
-                    if value == before + 1 and len(run) < _lanes(slot):
-                        run.append(slot)
-                        continue
-                    groups.extend(_row_group(run, text))
-                    run = [slot]
-                groups.extend(_row_group(run, text))
-            return groups
-        return []
 
     def body_of(self, node: For) -> Callable[[Env], None]:
         """The loop body; in a loop with private temporaries, their offsets move to the
@@ -394,11 +234,11 @@ class _Emitter:
         return v
 
     def unrolled_loop(self, node: For, env: Env) -> bool:
-        bound = _upper(node)
-        start = _constant_lower(node.init)
+        bound = upper(node)
+        start = constant_lower(node.init)
         if start is None or not isinstance(node.inc, Int) or bound is None:
             return False
-        limit = _constant_bound(bound)
+        limit = constant_bound(bound)
         if limit is None or node.inc.value <= 0:
             return False
         if not isinstance(node.init, Int) and node.inc.value != 1:
@@ -406,10 +246,10 @@ class _Emitter:
         values = range(start, limit, node.inc.value)
         if len(values) > MAX_UNROLL:
             return False
-        exact = _exact(bound) is not None and isinstance(node.init, Int)
+        known = exact(bound) is not None and isinstance(node.init, Int)
         for value in values:
             scope = {**env, node.var: ir.Constant(I64, value)}
-            if exact:
+            if known:
                 self.node(node.body, scope)
                 continue
             cond = node.cond
@@ -422,7 +262,7 @@ class _Emitter:
     def parallel_loop(self, node: For, env: Env) -> bool:
         """Outline the loop into `body(ctx)`; the threads take its iterations in guided
         chunks from a shared counter in the context."""
-        bound = _upper(node)
+        bound = upper(node)
         if bound is None or not isinstance(node.inc, Int) or node.inc.value <= 0:
             return False
         b = self.b
@@ -518,7 +358,7 @@ class _Emitter:
     def vector_lanes(self, node: For) -> int | None:
         """Lanes of a vector loop: one register of the narrowest type, fewer when the
         loop is shorter; None when it cannot run as vectors."""
-        calls = _calls(node.body)
+        calls = calls_of(node.body)
         if calls is None or node.inc != Int(1):
             return None
         dtypes = set()
@@ -527,8 +367,8 @@ class _Emitter:
             dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
             dtypes.update(e.dtype for e in walk(stmt.expr))
         lanes = min(self.mc.target.lanes(d) for d in dtypes)
-        bound = _upper(node)
-        limit = _constant_bound(bound) if bound is not None else None
+        bound = upper(node)
+        limit = constant_bound(bound) if bound is not None else None
         if limit is not None and isinstance(node.init, Int):
             trips = limit - node.init.value
             lanes = min(lanes, 1 << max(trips, 1).bit_length() - 1)
@@ -536,7 +376,7 @@ class _Emitter:
 
     def vector_loop(self, node: For, env: Env) -> bool:
         lanes = self.vector_lanes(node)
-        calls = _calls(node.body)
+        calls = calls_of(node.body)
         if lanes is None or calls is None:
             return False
         loop = node.loop
@@ -557,8 +397,8 @@ class _Emitter:
         if self._expanded(node):
             # constant trip count, a multiple of the lanes: straight-line vectors
             assert isinstance(node.init, Int)
-            bound = _upper(node)
-            limit = _exact(bound) if bound is not None else None
+            bound = upper(node)
+            limit = exact(bound) if bound is not None else None
             assert limit is not None
             for start in range(node.init.value, limit, lanes):
                 vector_body({**env, node.var: ir.Constant(I64, start)})
@@ -666,140 +506,7 @@ class _Emitter:
         return b.icmp_signed("!=", self.int(e, env), ir.Constant(I64, 0))
 
 
-@dataclass
-class _Slot:
-    """One promoted accumulator: its stack cell and where it lives in memory."""
-
-    cell: ir.Value
-    type: ir.Type
-    dims: dict[str, ir.Value]
-    lanes: Lanes | None
-
-
-@dataclass
-class _Promotion:
-    stmt: str
-    #: expanded inner loops the accumulator's address depends on
-    key_vars: tuple[str, ...]
-    write_dims: tuple[str, ...]
-    #: the schedule loops of `key_vars`
-    key_loops: tuple[str, ...] = ()
-    pre: ir.Block | None = None
-    slots: dict[tuple, _Slot] = field(default_factory=dict)
-
-
 # --- helpers -----------------------------------------------------------------------------
-def _lanes(slot: _Slot) -> int:
-    return slot.lanes.count if slot.lanes is not None else 1
-
-
-def _row_group(run: list[_Slot], text: str) -> list[list[_Slot]]:
-    """The run as one group if it has two accumulators or more and each lane's row of
-    them does not reach the next lane's."""
-    lanes = run[0].lanes
-    apart = lanes.strides.get(text) if lanes is not None else None
-    return [run] if len(run) >= 2 and apart is not None and apart >= len(run) else []
-
-
-def _calls(node: AstNode) -> list[Call] | None:
-    if isinstance(node, Call):
-        return [node]
-    if isinstance(node, Block) and all(isinstance(i, Call) for i in node.items):
-        return list(node.items)  # type: ignore[arg-type]
-    return None
-
-
-def _vars(e: AstExpr) -> set[str]:
-    if isinstance(e, Var):
-        return {e.name}
-    if isinstance(e, Op):
-        return set().union(*(_vars(a) for a in e.args))
-    return set()
-
-
-def _linear_in(e: AstExpr, var: str) -> bool:
-    """`e` is `var` plus / minus terms without it, or an integer multiple of that: then
-    distinct values of `var` give distinct values of `e`."""
-    if e == Var(var):
-        return True
-    if isinstance(e, Op) and e.op in ("add", "sub"):
-        a, c = e.args
-        if var not in _vars(c):
-            return _linear_in(a, var)
-        return e.op == "add" and var not in _vars(a) and _linear_in(c, var)
-    if isinstance(e, Op) and e.op == "mul":
-        a, c = e.args
-        if isinstance(a, Int) and a.value != 0:
-            return _linear_in(c, var)
-        if isinstance(c, Int) and c.value != 0:
-            return _linear_in(a, var)
-    return False
-
-
-def _upper(node: For) -> AstExpr | None:
-    """The exclusive upper bound of a loop whose condition bounds its iterator above."""
-    return _bound(node.cond, node.var)
-
-
-def _bound(cond: AstExpr, var: str) -> AstExpr | None:
-    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
-        limit = cond.args[1]
-        if _mentions(limit, var):
-            return None
-        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
-    if isinstance(cond, Op) and cond.op == "and":
-        parts = [_bound(a, var) for a in cond.args]
-        if any(p is None for p in parts):
-            return None
-        return Op("min", tuple(parts))  # type: ignore[arg-type]
-    return None
-
-
-def _mentions(e: AstExpr, var: str) -> bool:
-    if isinstance(e, Var):
-        return e.name == var
-    if isinstance(e, Op):
-        return any(_mentions(a, var) for a in e.args)
-    return False
-
-
-def _constant_bound(e: AstExpr) -> int | None:
-    """A constant upper bound of an expression built of ints, min and +."""
-    if isinstance(e, Int):
-        return e.value
-    if isinstance(e, Op) and e.op == "min":
-        found = [_constant_bound(a) for a in e.args]
-        known = [f for f in found if f is not None]
-        return min(known) if known else None
-    if isinstance(e, Op) and e.op == "add":
-        parts = [_constant_bound(a) for a in e.args]
-        if all(isinstance(a, Int) for a in e.args):
-            return sum(p for p in parts if p is not None)
-        if isinstance(e.args[1], Int) and parts[0] is not None:
-            return parts[0] + e.args[1].value
-    return None
-
-
-def _exact(e: AstExpr) -> int | None:
-    """The value of an expression of integers only."""
-    if isinstance(e, Int):
-        return e.value
-    if isinstance(e, Op) and e.op == "add":
-        parts = [_exact(a) for a in e.args]
-        return None if None in parts else sum(parts)  # type: ignore[arg-type]
-    return None
-
-
-def _constant_lower(e: AstExpr) -> int | None:
-    """A constant lower bound of an expression built of ints and max."""
-    if isinstance(e, Int):
-        return e.value
-    if isinstance(e, Op) and e.op == "max":
-        known = [k for k in (_constant_lower(a) for a in e.args) if k is not None]
-        return max(known) if known else None
-    return None
-
-
 def _fold(values: list[ir.Value], fn: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
     result = values[0]
     for value in values[1:]:

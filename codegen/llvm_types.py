@@ -12,6 +12,8 @@ from polytile.errors import CodegenError
 
 from .target import Target
 
+#: AST iterator → its value in the code being emitted
+Env = dict[str, ir.Value]
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)

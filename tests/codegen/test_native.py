@@ -387,3 +387,43 @@ def test_accumulators_with_lanes_rows_apart_move_as_rows(dtype: str, cols: int, 
     assert ("llvm.masked.load" in ir_text) is masked
     assert ir_text.count("shufflevector") >= 2 * lanes  # (lane by lane: only splats)
     check(schedule, inputs_for(k))
+
+
+@pytest.mark.parametrize(("dtype", "depth"), [("float32", 300), ("float32", 301), ("float64", 77)])
+def test_a_reduction_with_few_accumulators_keeps_partial_sums(dtype: str, depth: int) -> None:
+    """A GEMV keeps two vector accumulators, which wait on each other's FMA latency:
+    the reduction is split four ways into separate partial sums (added at the end, the
+    leftover iterations into the first); a register tile with enough accumulators, and
+    a max reduction, are not split. Values match numpy either way."""
+    lanes = 64 // np.dtype(dtype).itemsize
+    gemv = kernel("Y[j] += A[k] * B[k, j]", A=(depth,), B=(depth, 2 * lanes), dtype=dtype)
+    steps = [
+        ("reorder", {"order": ("k", "j")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "j"}),
+    ]
+    schedule = T.replay(gemv, [{"kind": kind, "args": args} for kind, args in steps])
+    native = NativeKernel(schedule)
+    assert native.ir.count(f"alloca <{lanes} x") == 2 * 4
+    check(schedule, inputs_for(gemv), rtol=1e-4)
+
+    tile = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(8, depth), B=(depth, lanes), dtype=dtype)
+    steps = [
+        ("reorder", {"order": ("k", "i", "j")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "j"}),
+        ("unroll", {"loop": "i"}),
+    ]
+    schedule = T.replay(tile, [{"kind": kind, "args": args} for kind, args in steps])
+    assert NativeKernel(schedule).ir.count(f"alloca <{lanes} x") == 8
+    check(schedule, inputs_for(tile), rtol=1e-4)
+
+    peak = kernel("Y[j] max= B[k, j]", B=(depth, lanes), dtype=dtype)
+    steps = [
+        ("reorder", {"order": ("k", "j")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "j"}),
+    ]
+    schedule = T.replay(peak, [{"kind": kind, "args": args} for kind, args in steps])
+    assert NativeKernel(schedule).ir.count(f"alloca <{lanes} x") == 1
+    check(schedule, inputs_for(peak))

@@ -1,0 +1,119 @@
+"""Facts about isl AST expressions and loops that codegen needs: bounds, constant trip
+counts, which variables an index uses."""
+
+from __future__ import annotations
+
+from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+
+
+def calls_of(node: AstNode) -> list[Call] | None:
+    """The calls of a loop body made of calls only, else None."""
+    if isinstance(node, Call):
+        return [node]
+    if isinstance(node, Block) and all(isinstance(i, Call) for i in node.items):
+        return list(node.items)  # type: ignore[arg-type]
+    return None
+
+
+def vars_of(e: AstExpr) -> set[str]:
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Op):
+        return set().union(*(vars_of(a) for a in e.args))
+    return set()
+
+
+def linear_in(e: AstExpr, var: str) -> bool:
+    """`e` is `var` plus / minus terms without it, or an integer multiple of that: then
+    distinct values of `var` give distinct values of `e`."""
+    if e == Var(var):
+        return True
+    if isinstance(e, Op) and e.op in ("add", "sub"):
+        a, c = e.args
+        if var not in vars_of(c):
+            return linear_in(a, var)
+        return e.op == "add" and var not in vars_of(a) and linear_in(c, var)
+    if isinstance(e, Op) and e.op == "mul":
+        a, c = e.args
+        if isinstance(a, Int) and a.value != 0:
+            return linear_in(c, var)
+        if isinstance(c, Int) and c.value != 0:
+            return linear_in(a, var)
+    return False
+
+
+def upper(node: For) -> AstExpr | None:
+    """The exclusive upper bound of a loop whose condition bounds its iterator above."""
+    return _bound(node.cond, node.var)
+
+
+def _bound(cond: AstExpr, var: str) -> AstExpr | None:
+    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
+        limit = cond.args[1]
+        if _mentions(limit, var):
+            return None
+        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
+    if isinstance(cond, Op) and cond.op == "and":
+        parts = [_bound(a, var) for a in cond.args]
+        if any(p is None for p in parts):
+            return None
+        return Op("min", tuple(parts))  # type: ignore[arg-type]
+    return None
+
+
+def _mentions(e: AstExpr, var: str) -> bool:
+    if isinstance(e, Var):
+        return e.name == var
+    if isinstance(e, Op):
+        return any(_mentions(a, var) for a in e.args)
+    return False
+
+
+def constant_bound(e: AstExpr) -> int | None:
+    """A constant upper bound of an expression built of ints, min and +."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "min":
+        found = [constant_bound(a) for a in e.args]
+        known = [f for f in found if f is not None]
+        return min(known) if known else None
+    if isinstance(e, Op) and e.op == "add":
+        parts = [constant_bound(a) for a in e.args]
+        if all(isinstance(a, Int) for a in e.args):
+            return sum(p for p in parts if p is not None)
+        if isinstance(e.args[1], Int) and parts[0] is not None:
+            return parts[0] + e.args[1].value
+    return None
+
+
+def exact(e: AstExpr) -> int | None:
+    """The value of an expression of integers only."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "add":
+        parts = [exact(a) for a in e.args]
+        return None if None in parts else sum(parts)  # type: ignore[arg-type]
+    return None
+
+
+def constant_lower(e: AstExpr) -> int | None:
+    """A constant lower bound of an expression built of ints and max."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Op) and e.op == "max":
+        known = [k for k in (constant_lower(a) for a in e.args) if k is not None]
+        return max(known) if known else None
+    return None
+
+
+def fors(node: AstNode) -> list[For]:
+    """Every loop in or below a node, outer ones first."""
+    if isinstance(node, For):
+        return [node, *fors(node.body)]
+    if isinstance(node, Block):
+        return [f for item in node.items for f in fors(item)]
+    if isinstance(node, Mark):
+        return fors(node.body)
+    if isinstance(node, If):
+        return [*fors(node.then), *(fors(node.orelse) if node.orelse is not None else [])]
+    return []

@@ -1,0 +1,335 @@
+"""Register accumulators: a reduction loop whose body only accumulates into addresses
+that stay fixed while it runs (the reduction loops of a register tile) keeps those
+accumulators in SSA values (stack cells that mem2reg promotes): read before the loop,
+written after it. Accumulators whose lanes lie rows apart move as rows and a transpose
+in registers (`row_groups`); a float sum with too few accumulators to hide the FMA
+latency keeps partial sums (`partial_sums`). Mixed into the kernel emitter."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import numpy as np
+from llvmlite import ir
+
+from polytile.errors import CodegenError
+from polytile.poly.ast import AstNode, Block, Call, For, Int, Mark
+from polytile.poly.expr import Load, walk
+from polytile.poly.kernel import Kernel, Statement, mentions
+from polytile.poly.quasi import flat_index
+from polytile.poly.schedule import Schedule
+from polytile.poly.strides import lane_strides
+
+from .ast_facts import exact, fors, linear_in, upper, vars_of
+from .llvm_types import Env, kind, memory_type
+from .transpose import columns_to_rows, rows_to_columns
+from .values import Instance, Lanes
+
+#: independent accumulators that keep an FMA unit busy (4-cycle latency × 2 issued a
+#: cycle), the bytes of its vector registers, and at most how many partial sums a
+#: promoted reduction is split into, when it runs at least `MIN_SPLIT_TRIPS` iterations
+IN_FLIGHT = 8
+VECTOR_BYTES = 64
+MAX_PARTS = 4
+MIN_SPLIT_TRIPS = 16
+
+
+@dataclass
+class Slot:
+    """One promoted accumulator: its stack cell and where it lives in memory."""
+
+    cell: ir.Value
+    type: ir.Type
+    dims: dict[str, ir.Value]
+    lanes: Lanes | None
+
+
+@dataclass
+class Promotion:
+    stmt: str
+    #: expanded inner loops the accumulator's address depends on
+    key_vars: tuple[str, ...]
+    write_dims: tuple[str, ...]
+    #: the schedule loops of `key_vars`
+    key_loops: tuple[str, ...] = ()
+    #: how many accumulators (key values) there are, and the bytes of one vector of them
+    chains: int = 1
+    vector_bytes: int = 0
+    #: which partial sum the code being emitted adds into (`partial_sums`)
+    part: int = 0
+    pre: ir.Block | None = None
+    slots: dict[tuple, Slot] = field(default_factory=dict)
+
+
+class Accumulators:
+    """The emitter's register accumulators (`codegen.kernel._Emitter` mixes this in)."""
+
+    b: ir.IRBuilder
+    kernel: Kernel
+    schedule: Schedule
+    promotion: Promotion | None
+
+    def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
+        """The loop with its accumulators in registers (and partial sums)."""
+        pre = self.b.append_basic_block(f"{node.var}.acc")
+        self.b.branch(pre)
+        self.b.position_at_end(pre)
+        promotion.pre = pre
+        self.promotion = promotion
+        parts = self.partial_sums(node, promotion)
+        body = self.body_of(node)
+        try:
+            start = self.int(node.init, env)
+            if parts > 1:
+                start = self.serial_loop(
+                    node, env, start, node.cond, parts, self.split(node, parts)
+                )
+                promotion.part = 0
+            self.serial_loop(node, env, start, node.cond, 1, body)
+        finally:
+            self.promotion = None
+        self.join_parts(promotion)
+        self.write_back(promotion)
+
+    def partial_sums(self, node: For, promotion: Promotion) -> int:
+        """How many partial sums a promoted float sum keeps: with fewer independent
+        accumulators than an FMA unit has in flight (latency × issue width, 8 on current
+        x86 cores), each iteration waits for the previous one's result (a 1-pixel tail
+        tile or a GEMV: two accumulators ran at a quarter of the FMA rate), so the loop
+        is split `parts` ways into separate accumulators summed at the end (the sum is
+        reassociated, like any blocked reduction)."""
+        stmt = self.kernel.statement[promotion.stmt]
+        dtype = self.kernel.tensors[stmt.tensor].dtype
+        bound = upper(node)
+        limit = exact(bound) if bound is not None else None
+        if (
+            stmt.reduction != "sum"
+            or dtype not in ("float32", "float64")
+            or node.inc != Int(1)
+            or not isinstance(node.init, Int)
+            or limit is None
+            or limit - node.init.value < MIN_SPLIT_TRIPS
+        ):
+            return 1
+        chains = promotion.chains * max(1, promotion.vector_bytes // VECTOR_BYTES)
+        return min(MAX_PARTS, -(-IN_FLIGHT // chains)) if chains < IN_FLIGHT else 1
+
+    def split(self, node: For, parts: int) -> Callable[[Env], None]:
+        """The body of `parts` consecutive iterations, each into its own partial sums."""
+        body = self.body_of(node)
+        promotion = self.promotion
+        assert promotion is not None
+
+        def run(env: Env) -> None:
+            for part in range(parts):
+                promotion.part = part
+                body({**env, node.var: self._plus(env[node.var], part)})
+
+        return run
+
+    def join_parts(self, promotion: Promotion) -> None:
+        """Add each accumulator's partial sums into its first one (and drop the rest)."""
+        for key in [k for k in promotion.slots if k[-1] > 0]:
+            slot = promotion.slots.pop(key)
+            first = promotion.slots[(*key[:-1], 0)]
+            total = self.b.fadd(
+                self.b.load(first.cell, typ=first.type), self.b.load(slot.cell, typ=slot.type)
+            )
+            self.b.store(total, first.cell)
+
+    # --- accumulators in registers ------------------------------------------------------
+    def promotable(self, node: For) -> Promotion | None:
+        """A loop whose body only accumulates into addresses that stay fixed while it
+        runs (the reduction loops of a register tile): those accumulators are read
+        before the loop, kept in SSA values and written after it."""
+        calls: list[Call] = []
+        inner: dict[str, bool] = {}
+        loops: dict[str, str] = {}
+        if not self._collect(node.body, calls, inner, loops):
+            return None
+        values, widths = self._expansions(node.body)
+        if not calls or len({c.stmt for c in calls}) != 1:
+            return None
+        stmt = self.kernel.statement[calls[0].stmt]
+        if stmt.reduction is None or any(
+            isinstance(e, Load) and e.tensor == stmt.tensor for e in walk(stmt.expr)
+        ):
+            return None
+        write_dims = [d for d in stmt.dims if any(mentions(i, d) for i in stmt.index)]
+        key_vars: set[str] = set()
+        for call in calls:
+            for dim, arg in zip(stmt.dims, call.args, strict=True):
+                if dim not in write_dims:
+                    continue
+                used = vars_of(arg)
+                if node.var in used or any(not inner[v] for v in used if v in inner):
+                    return None
+                expanded = [v for v in used if v in inner]
+                if len(expanded) > 1 or (expanded and not linear_in(arg, expanded[0])):
+                    return None
+                key_vars.update(expanded)
+        keys = tuple(sorted(key_vars))
+        promotion = Promotion(stmt.name, keys, tuple(write_dims), tuple(loops[v] for v in keys))
+        promotion.chains = math.prod(values.get(v, 1) for v in keys)
+        itemsize = np.dtype(self.kernel.tensors[stmt.tensor].dtype).itemsize
+        promotion.vector_bytes = max((lanes * itemsize for lanes in widths.values()), default=0)
+        return promotion
+
+    def _collect(
+        self, node: AstNode, calls: list[Call], inner: dict[str, bool], loops: dict[str, str]
+    ) -> bool:
+        """Calls and inner loops (var → expanded into constants, var → schedule loop)
+        below a node; False when something else (a guard, a parallel loop) is there."""
+        if isinstance(node, Call):
+            calls.append(node)
+            return True
+        if isinstance(node, Block):
+            return all(self._collect(i, calls, inner, loops) for i in node.items)
+        if isinstance(node, Mark):
+            return self._collect(node.body, calls, inner, loops)
+        if isinstance(node, For):
+            # full and partial tiles are sibling loops of one name: expanded only if all are
+            inner[node.var] = inner.get(node.var, True) and self._expanded(node)
+            loops[node.var] = node.loop
+            return self._collect(node.body, calls, inner, loops)
+        return False
+
+    def _expansions(self, node: AstNode) -> tuple[dict[str, int], dict[str, int]]:
+        """For each expanded loop below a node: how many values its copies take, and for
+        a vector loop its lanes."""
+        values: dict[str, int] = {}
+        widths: dict[str, int] = {}
+        for loop in fors(node):
+            if not self._expanded(loop):
+                continue
+            assert isinstance(loop.init, Int)
+            limit = exact(upper(loop))  # type: ignore[arg-type]
+            trips = limit - loop.init.value  # type: ignore[operator]
+            lanes = self.vector_lanes(loop) if loop.annotation == "vector" else None
+            values[loop.var] = max(values.get(loop.var, 1), trips // (lanes or 1))
+            if lanes:
+                widths[loop.var] = lanes
+        return values, widths
+
+    def promoted_call(self, node: Call, env: Env, lanes: Lanes | None) -> bool:
+        promotion = self.promotion
+        if promotion is None or node.stmt != promotion.stmt:
+            return False
+        stmt = self.kernel.statement[node.stmt]
+        t = self.kernel.tensors[stmt.tensor]
+        values = [env[v] for v in promotion.key_vars]
+        if not all(isinstance(v, ir.Constant) for v in values):
+            raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
+        key = (*(v.constant for v in values), lanes.count if lanes is not None else 0)
+        key = (*key, promotion.part)
+        slot = promotion.slots.get(key)
+        if slot is None:
+            slot = self.open_slot(promotion, stmt, node, env, lanes)
+            promotion.slots[key] = slot
+        inst = Instance(self, stmt, {}, lanes)
+        dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
+        inst.dims = dims
+        value = inst.value(stmt.expr)
+        old = self.b.load(slot.cell, typ=slot.type)
+        value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]
+        self.b.store(inst.splat(value), slot.cell)
+        return True
+
+    def open_slot(
+        self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
+    ) -> Slot:
+        """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
+        it a register)."""
+        t = self.kernel.tensors[stmt.tensor]
+        text = flat_index(self.shape(t.name), stmt.index)
+        assert promotion.pre is not None
+        with self.b.goto_block(promotion.pre):
+            dims = {
+                d: self.int(a, env)
+                for d, a in zip(stmt.dims, node.args, strict=True)
+                if d in promotion.write_dims
+            }
+            inst = Instance(self, stmt, dims, lanes)
+            if promotion.part == 0:
+                value = inst.splat(inst.load(t.name, t.dtype, text))
+            else:  # a further partial sum starts from zero
+                mem = memory_type(t.dtype)
+                value = ir.Constant(ir.VectorType(mem, lanes.count) if lanes else mem, 0.0)
+        # (goto_block restores the position at the end of a block: no nesting)
+        with self.b.goto_entry_block():
+            cell = self.b.alloca(value.type)
+        with self.b.goto_block(promotion.pre):
+            self.b.store(value, cell)
+        return Slot(cell, value.type, dims, lanes)
+
+    def write_back(self, promotion: Promotion) -> None:
+        """Store the accumulators after the loop; a run of them whose lanes lie rows
+        apart (`row_groups`) was loaded as rows and is stored as rows."""
+        stmt = self.kernel.statement[promotion.stmt]
+        t = self.kernel.tensors[stmt.tensor]
+        text = flat_index(self.shape(t.name), stmt.index)
+        groups = self.row_groups(promotion, text)
+        for group in groups:
+            # rows as wide as the group needs: a power of two, at most the lanes
+            width = 1 << (len(group) - 1).bit_length()
+            with self.b.goto_block(promotion.pre):
+                first = Instance(self, stmt, group[0].dims, group[0].lanes)
+                rows = first.load_rows(t.name, t.dtype, text, len(group), width)
+                for slot, column in zip(group, rows_to_columns(self.b, rows), strict=False):
+                    self.b.store(column, slot.cell)
+            first = Instance(self, stmt, group[0].dims, group[0].lanes)
+            columns = [self.b.load(slot.cell, typ=slot.type) for slot in group]
+            rows = columns_to_rows(self.b, columns, width)
+            first.store_rows(t.name, t.dtype, text, rows, len(group))
+        grouped = {id(slot) for group in groups for slot in group}
+        for slot in promotion.slots.values():
+            if id(slot) in grouped:
+                continue
+            inst = Instance(self, stmt, slot.dims, slot.lanes)
+            inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
+
+    def row_groups(self, promotion: Promotion, text: str) -> list[list[Slot]]:
+        """Runs of vector accumulators one element apart along an unrolled loop whose
+        lanes lie at least a run's length apart (a conv's channels in lanes, its pixel
+        block unrolled): `transpose` moves them as rows. Their lane-by-lane loads, emitted
+        when the accumulators were opened, are overwritten in the cells and left dead."""
+        stmt = self.kernel.statement[promotion.stmt]
+        if kind(self.kernel.tensors[stmt.tensor].dtype) == "b":
+            return []
+        for axis, loop in enumerate(promotion.key_loops):
+            if lane_strides(self.schedule, stmt.name, loop, {text: text})[text] != 1:
+                continue
+            runs: dict[tuple, list[tuple[int, Slot]]] = {}
+            for key, slot in promotion.slots.items():
+                lanes = slot.lanes
+                if lanes is None or lanes.count & (lanes.count - 1) or lanes.count < 2:
+                    continue
+                runs.setdefault((*key[:axis], *key[axis + 1 :]), []).append((key[axis], slot))
+            groups: list[list[Slot]] = []
+            for members in runs.values():
+                members.sort(key=lambda m: m[0])
+                run = [members[0][1]]
+                for (before, _), (value, slot) in pairwise(members):
+                    if value == before + 1 and len(run) < _lanes(slot):
+                        run.append(slot)
+                        continue
+                    groups.extend(_row_group(run, text))
+                    run = [slot]
+                groups.extend(_row_group(run, text))
+            return groups
+        return []
+
+
+def _lanes(slot: Slot) -> int:
+    return slot.lanes.count if slot.lanes is not None else 1
+
+
+def _row_group(run: list[Slot], text: str) -> list[list[Slot]]:
+    """The run as one group if it has two accumulators or more and each lane's row of
+    them does not reach the next lane's."""
+    lanes = run[0].lanes
+    apart = lanes.strides.get(text) if lanes is not None else None
+    return [run] if len(run) >= 2 and apart is not None and apart >= len(run) else []
