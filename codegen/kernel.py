@@ -37,7 +37,7 @@ from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
-from .llvm_types import I32, I64, PTR, Env, ModuleContext
+from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .promote import Accumulators, Promotion
 from .values import Instance, Lanes
 
@@ -92,6 +92,8 @@ class _Shared:
     layout: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: parallel loop → the fewest slices of the private temporaries in or below it
     slots: dict[str, int] = field(default_factory=dict)
+    #: (statement, loop, address) → the address's stride along the loop
+    along: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
 
 
 class _Emitter(Accumulators):
@@ -114,6 +116,10 @@ class _Emitter(Accumulators):
         self.in_parallel = in_parallel
         self.shared = shared or _Shared()
         self.promotion: Promotion | None = None
+        #: the loops being emitted, outermost first (inside an outlined parallel body:
+        #: those inside the parallel loop), and the parallel loop's iterator and name
+        self.enclosing: list[For] = []
+        self.parallel: tuple[str, str, int] | None = None
         #: tensor → elements added to its offsets (a private temporary's slice)
         self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
@@ -149,6 +155,13 @@ class _Emitter(Accumulators):
             raise CodegenError(f"kernel {self.kernel.name}: unknown AST node {node!r}")
 
     def loop(self, node: For, env: Env) -> None:
+        self.enclosing.append(node)
+        try:
+            self.emit_loop(node, env)
+        finally:
+            self.enclosing.pop()
+
+    def emit_loop(self, node: For, env: Env) -> None:
         serial_only = self.in_parallel or not self.mc.threading
         if node.annotation == "parallel" and not serial_only and self.parallel_loop(node, env):
             return
@@ -347,9 +360,10 @@ class _Emitter(Accumulators):
         b.position_at_end(run)
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
-        chunk_cond = Op("lt", (Var(node.var), Var("%stop")))
+        chunk_cond = Op("lt", (Var(node.var), Var(STOP)))
         body = self.body_of(node)
-        scope = {**env, "%stop": stop, THREAD: thread}
+        scope = {**env, STOP: stop, THREAD: thread}
+        self.parallel = (node.var, node.loop, inc)
         self.serial_loop(node, scope, start, chunk_cond, 1, body)
         b.branch(claim)
         b.position_at_end(done)

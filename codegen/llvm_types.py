@@ -14,6 +14,8 @@ from .target import Target
 
 #: AST iterator → its value in the code being emitted
 Env = dict[str, ir.Value]
+#: the environment entry of the end of the parallel loop's chunk a thread is running
+STOP = "%stop"
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)

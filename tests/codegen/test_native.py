@@ -427,3 +427,40 @@ def test_a_reduction_with_few_accumulators_keeps_partial_sums(dtype: str, depth:
     schedule = T.replay(peak, [{"kind": kind, "args": args} for kind, args in steps])
     assert NativeKernel(schedule).ir.count(f"alloca <{lanes} x") == 1
     check(schedule, inputs_for(peak))
+
+
+@pytest.mark.parametrize(
+    ("depth", "pack", "parallel", "fetched"),
+    [
+        (64, False, True, True),
+        (64, True, True, True),
+        (1100, True, True, False),
+        (64, False, False, False),
+    ],
+)
+def test_the_next_parallel_iterations_weights_are_fetched_ahead(
+    depth: int, pack: bool, parallel: bool, fetched: bool
+) -> None:
+    """A register tile reduction that reads a block of constant weights per iteration of
+    the parallel loop asks for the next iteration's lines (into L2) while it computes;
+    a panel above `PANEL_BYTES` (1100 × 16 floats packed, 70 KB) and a
+    serial loop nest are not prefetched. Values match the reference either way."""
+    weights = np.random.default_rng(4).standard_normal((depth, 64)).astype(np.float32)
+    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, depth), W=weights)
+    steps: list[tuple[str, dict[str, object]]] = [("split", {"loop": "i", "factors": (None, 16)})]
+    if pack:
+        steps.append(("pack", {"tensor": "W", "axis": 1, "factor": 16}))
+    steps += [
+        ("reorder", {"order": ("i0", "k", "j", "i1")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "i1"}),
+        ("unroll", {"loop": "j"}),
+    ]
+    if parallel:
+        steps.append(("parallel", {"loop": "i0"}))
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    assert ("@llvm.prefetch" in NativeKernel(schedule).ir.replace('"', "")) is fetched
+    inputs = inputs_for(k)
+    got = NativeKernel(schedule)(inputs)["Y"]
+    assert got.shape == (4, 64) and got.dtype == np.float32
+    np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)
