@@ -110,8 +110,10 @@ def main() -> None:
             f"Tuning: the records hold {trials} trials on this CPU ({args.trials} of them "
             f"this run, {seconds:.0f} s)"
             + (
-                f"; then the {args.validate} best candidates of each task and its default "
-                "were timed in the model."
+                f"; then the {args.validate} best candidates of each task, the neighbour of "
+                "its best (`nb`: epilogue per innermost tile, two loops in the parallel one; "
+                "measured and verified first, a trial each) and its default were timed in "
+                "the model."
                 if args.validate
                 else "; no in-model validation."
             ),

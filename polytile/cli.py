@@ -554,8 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=3,
         metavar="K",
-        help="afterwards, time each task's K best candidates and its default inside the "
-        "model and apply the fastest there (0: off; --trials 0 only validates)",
+        help="afterwards, time each task's K best candidates, a neighbour of its best "
+        "(measured first: one trial a task) and its default inside the model and apply "
+        "the fastest there (0: off; --trials 0 only validates)",
     )
     tune.add_argument(
         "--end-to-end", action="store_true", help="time the model before and after tuning"

@@ -46,7 +46,8 @@ import numpy as np
 
 from polytile.codegen.target import Target
 from polytile.errors import InputError
-from polytile.poly.kernel import Kernel
+from polytile.poly.kernel import Kernel, Role
+from polytile.poly.schedule import Schedule
 
 from .records import Record
 
@@ -104,6 +105,25 @@ class _Reply(NamedTuple):
     message: str = ""
     latencies: tuple[float, ...] = ()
     span: tuple[float, float] | None = None
+
+
+def reference_outputs(
+    schedule: Schedule, target: Target, seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Seeded random inputs of a kernel and its outputs under `schedule` (the default
+    schedule): what `Measurer.set_task` verifies every candidate against."""
+    from polytile.codegen.native import NativeKernel
+
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for t in schedule.kernel.tensors.values():
+        if t.role is Role.INPUT:
+            if np.dtype(t.dtype).kind == "f":
+                inputs[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
+            else:
+                inputs[t.name] = rng.integers(0, 3, t.shape).astype(t.dtype)
+    buffers = NativeKernel(schedule, target)(inputs)
+    return inputs, {t.name: buffers[t.name] for t in schedule.kernel.outputs()}
 
 
 # --- the worker process ------------------------------------------------------------------

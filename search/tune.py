@@ -34,17 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.kernel import Role
 from polytile.poly.schedule import Schedule
 from polytile.poly.transform import replay
 
 from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
-from .measure import MeasureConfig, Measurer
+from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, trace_key
 from .space import Candidate, Decisions, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
@@ -163,18 +161,6 @@ class TuneResult:
         if self.validation is not None and self.validation.tasks:
             lines.append(self.validation.table())
         return "\n".join(lines)
-
-
-def _inputs(task: Task, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    found = {}
-    for t in task.kernel.tensors.values():
-        if t.role is Role.INPUT:
-            if np.dtype(t.dtype).kind == "f":
-                found[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
-            else:
-                found[t.name] = rng.integers(0, 3, t.shape).astype(t.dtype)
-    return found
 
 
 def _decisions_key(decisions: Mapping[str, Any]) -> str:
@@ -346,10 +332,7 @@ class Tuner:
         batch = min(self.batch, budget) if budget is not None else self.batch
         task = state.task
         if state.reference is None:  # the default schedule's outputs, computed once
-            inputs = _inputs(task, self.seed)
-            native = NativeKernel(state.default, self.target)
-            buffers = native(inputs)
-            state.reference = (inputs, {t.name: buffers[t.name] for t in task.kernel.outputs()})
+            state.reference = reference_outputs(state.default, self.target, self.seed)
         if measurer.task_key != task.key:
             measurer.set_task(task.kernel, *state.reference)
             measurer.task_key = task.key
@@ -434,8 +417,10 @@ def tune(
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
         chosen = select_tasks(all_tasks, tasks)
-        checked = validate(model, chosen, RecordFile(records), target, validation, input_shapes)
-        return TuneResult((), 0, time.perf_counter() - start, checked)
+        checked = validate(
+            model, chosen, RecordFile(records), target, validation, input_shapes, measure
+        )
+        return TuneResult((), checked.trials, time.perf_counter() - start, checked)
     if cost_model_kind not in (*MODELS, "random"):
         raise InputError(
             f"tune: cost_model_kind must be one of {(*MODELS, 'random')}, not {cost_model_kind!r}"
@@ -461,19 +446,22 @@ def tune(
     )
     start = time.perf_counter()
     used = 0
+    # the validation's neighbours are trials too: one per task, at most a tenth of them
+    neighbours = validation is not None and validation.neighbours
+    search = trials - (min(len(tuner.states), trials // 10) if neighbours else 0)
     bar = None
     if progress and trials:
         from tqdm import tqdm
 
-        bar = tqdm(total=trials, desc="tune", unit="trial")
+        bar = tqdm(total=search, desc="tune", unit="trial")
     with Measurer(target, tuner.measure_config) as measurer:
-        while used < trials:
+        while used < search:
             if time_budget is not None and time.perf_counter() - start > time_budget:
                 break
             state = tuner.next_task()
             if state is None:
                 break
-            done = tuner.run_round(measurer, state, trials - used)
+            done = tuner.run_round(measurer, state, search - used)
             used += len(done)
             if bar is not None:
                 bar.update(len(done))
@@ -487,5 +475,9 @@ def tune(
         if progress:
             print("timing the best candidates inside the model ...", flush=True)
         chosen = [s.task for s in tuner.states]
-        checked = validate(model, chosen, tuner.records, target, validation, input_shapes)
+        checked = validate(
+            model, chosen, tuner.records, target, validation, input_shapes,
+            tuner.measure_config, budget=trials - used,
+        )  # fmt: skip
+        used += checked.trials
     return replace(tuner.summary(time.perf_counter() - start, used), validation=checked)

@@ -26,12 +26,13 @@ the task again since.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from polytile.codegen.target import Target
@@ -39,7 +40,9 @@ from polytile.errors import InputError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
 
+from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, best_records, trace_key
+from .space import SearchSpace
 from .tasks import Task
 
 
@@ -55,6 +58,9 @@ class ValidateConfig:
     repeat: int = 10
     #: the random inputs' seed
     seed: int = 0
+    #: also time a neighbour of each task's best: its epilogue per innermost tile and two
+    #: loops fused into the parallel one (measured and verified first: one trial a task)
+    neighbours: bool = True
 
     def __post_init__(self) -> None:
         for name in ("top", "contexts", "rounds", "repeat"):
@@ -77,6 +83,8 @@ class ValidatedTask:
 class Validation:
     tasks: tuple[ValidatedTask, ...]
     seconds: float
+    #: neighbours measured (search trials spent by the validation)
+    trials: int = 0
 
     def table(self) -> str:
         if not self.tasks:
@@ -114,6 +122,54 @@ def _candidates(
     return [*found, _Candidate("default", default, None)]
 
 
+#: the neighbour of a task's best candidate: the kernel alone cannot see that a parallel
+#: loop of few iterations waits on the slower of two threads when the host slows one
+#: vCPU (ResNet-50's stem conv: 4 channel blocks in parallel, its epilogue per block;
+#: 0.98 ms a call in the model against 0.59 ms with the epilogue per row and the rows in
+#: the parallel loop)
+NEIGHBOUR = {"epilogue_depth": 0, "parallel_depth": 2}
+
+
+def _neighbours(
+    tasks: Sequence[Task],
+    by_task: dict[str, list[_Candidate]],
+    records: RecordFile,
+    target: Target,
+    defaults: DefaultConfig,
+    measure: MeasureConfig | None,
+    seed: int,
+    budget: int | None,
+) -> int:
+    """Measure (and verify) the neighbour of each task's best candidate (at most
+    `budget`), append its record and add it to the task's candidates when it is correct;
+    returns how many were measured."""
+    measured = 0
+    with contextlib.ExitStack() as stack:
+        measurer: Measurer | None = None
+        for task in tasks:
+            cands = by_task.get(task.key, [])
+            if budget is not None and measured >= budget:
+                break
+            if not cands or cands[0].decisions is None:
+                continue
+            space = SearchSpace(task.kernel, lanes=defaults.vector_width, threads=defaults.threads)
+            decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
+            trace = tuple(space.build(decisions).trace)
+            if trace_key(trace) in {trace_key(c.trace) for c in cands}:
+                continue
+            if measurer is None:  # worker processes only when there is something to time
+                measurer = stack.enter_context(Measurer(target, measure))
+            default = default_schedule(task.kernel, defaults)
+            measurer.set_task(task.kernel, *reference_outputs(default, target, seed))
+            (record,) = measurer.measure(task.key, [list(trace)], seed)
+            record = replace(record, decisions=decisions)
+            records.append([record])
+            measured += 1
+            if record.ok:
+                cands.insert(-1, _Candidate("nb", record.trace, decisions))
+    return measured
+
+
 def deal(sizes: Mapping[str, int], contexts: int, seed: int) -> list[dict[str, int]]:
     """The variants: which candidate of each task (of `sizes[task]`) each one runs. Per
     context, the `max(sizes)` ranks are dealt to consecutive variants with a random
@@ -135,9 +191,12 @@ def validate(
     target: Target,
     config: ValidateConfig | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    measure: MeasureConfig | None = None,
+    budget: int | None = None,
 ) -> Validation:
-    """Time the tasks' best candidates inside the model, append them as "model" records
-    and return the table (tasks without a candidate beside the default are left out)."""
+    """Time the tasks' best candidates (and their neighbours, measured with `measure`,
+    at most `budget` of them) inside the model, append them as "model" records and
+    return the table (tasks without a candidate beside the default are left out)."""
     from polytile.compiler import compile as compile_model
     from polytile.compiler import default_config
 
@@ -151,9 +210,14 @@ def validate(
     by_task = {
         t.key: _candidates(t, of_workload.get(t.key, []), defaults, config.top) for t in tasks
     }
+    measured = 0
+    if config.neighbours:
+        measured = _neighbours(
+            tasks, by_task, records, target, defaults, measure, config.seed, budget
+        )
     by_task = {k: c for k, c in by_task.items() if len(c) > 1}
     if not by_task:
-        return Validation((), time.perf_counter() - start)
+        return Validation((), time.perf_counter() - start, measured)
     others = [r for k, r in best_records(every, target.key()).items() if k not in by_task]
     deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
     compiled = []
@@ -202,4 +266,4 @@ def validate(
             for c, s in zip(cands, times, strict=True)
         ]  # fmt: skip
     records.append(written)
-    return Validation(tuple(rows), time.perf_counter() - start)
+    return Validation(tuple(rows), time.perf_counter() - start, measured)

@@ -15,14 +15,15 @@ from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.errors import InputError
 from polytile.poly.default import default_schedule
-from polytile.search.records import Record, RecordFile, best_records
+from polytile.search.records import Record, RecordFile, best_records, trace_key
+from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
 from polytile.search.tune import tune
 from polytile.search.validate import ValidateConfig, deal, validate
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((256, 256)).astype(np.float32)
-QUICK = ValidateConfig(top=2, rounds=3, repeat=3)
+QUICK = ValidateConfig(top=2, rounds=3, repeat=3, neighbours=False)
 
 
 def model() -> onnx.ModelProto:
@@ -101,3 +102,40 @@ def test_tune_validates_after_the_search_and_resumes_without_model_records(
     only = tune(model(), trials=0, records=str(path), progress=False, validation=QUICK)
     assert only.trials == 0 and only.validation is not None and only.validation.tasks
     assert only.table().startswith("in-model validation")
+
+
+def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: Path) -> None:
+    """The best candidate's neighbour (epilogue per innermost tile, two loops in the
+    parallel one) is measured and verified like a search trial, recorded, and timed in
+    the model beside the others; a budget of 0 measures none, and `tune` spends at most a
+    tenth of its trials on them."""
+    target = host()
+    (task,) = extract_tasks(model())
+    space = SearchSpace(task.kernel, lanes=16, threads=2)
+    decisions = {**space.default_decisions(), "epilogue_depth": 1, "parallel_depth": 1}
+    best = Record(task.key, target.key(), tuple(space.build(decisions).trace), (1e-6,),
+                  decisions=decisions)  # fmt: skip
+    path = tmp_path / "r.jsonl"
+    RecordFile(path).append([best])
+    config = ValidateConfig(top=1, rounds=2, repeat=2)
+    none = validate(model(), [task], RecordFile(path), target, config, budget=0)
+    assert none.trials == 0 and none.tasks[0].labels == ("#1", "default")
+    found = validate(model(), [task], RecordFile(path), target, config)
+    assert found.trials == 1 and found.tasks[0].labels == ("#1", "nb", "default")
+    alone = [r for r in RecordFile(path).read() if r.timing == "kernel"]
+    assert len(alone) == 2 and alone[1].ok and alone[1].decisions is not None
+    assert alone[1].decisions["epilogue_depth"] == 0 and alone[1].decisions["parallel_depth"] == 2
+    timed = [r for r in RecordFile(path).read() if r.timing == "model"]
+    default = tuple(default_schedule(task.kernel, default_config(target)).trace_json())
+    assert {r.trace_key() for r in timed[-3:]} == {
+        best.trace_key(),
+        alone[1].trace_key(),
+        trace_key(default),
+    }
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    got = pt.compile(model(), records=str(path)).run({"x": x})[0]
+    np.testing.assert_allclose(got, np.maximum(x @ W, 0), rtol=1e-4, atol=1e-4)
+    result = tune(model(), trials=20, records=str(tmp_path / "t.jsonl"), batch=4,
+                  progress=False, validation=config)  # fmt: skip
+    kernel_records = [r for r in RecordFile(tmp_path / "t.jsonl").read() if r.timing == "kernel"]
+    assert result.trials == len(kernel_records) <= 20
