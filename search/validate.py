@@ -11,8 +11,9 @@ outermost and parallel: every thread reads all the weights) and 0.61 ms under th
 default. Re-ranking every task's three best candidates and the default this way made the
 whole model 2.5-4% faster.
 
-So after the search, `validate` times each task's best `top` distinct verified candidates
-and its default schedule in `contexts × (top + 1)` compiled variants of the model: every
+So after the search, `validate` times each task's best `top` distinct verified candidates,
+the neighbour of its best (`NEIGHBOUR`, measured and verified first like a search trial)
+and its default schedule in `contexts × (top + 2)` compiled variants of the model: every
 variant runs one candidate of each task (every other kernel as `compile` would), each
 candidate runs in at least `contexts` variants, and the candidates are dealt to the
 variants with a random offset per task and context (`deal`), so that a candidate's
