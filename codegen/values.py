@@ -356,9 +356,10 @@ class Instance:
         NaN. LLVM's `maximum` also orders -0 below +0, which costs a sign test and two
         blends per call (MaxPool and ReLU spend most of their instructions on it)."""
         b = self.b
-        if _never_nan(a) and not _never_nan(c):
+        if _never_nan(c) and not _never_nan(a):
             a, c = c, a
-        # x86's max / min return the second operand when the pair is unordered
+        # the select (x86's max / min) gives the second operand when the pair is
+        # unordered: a NaN there comes out; one in the first needs the check
         picked = b.select(b.fcmp_ordered(">" if op == "max" else "<", a, c), a, c)
         if _never_nan(a):
             return picked
