@@ -136,10 +136,11 @@ class Accumulators:
         self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
     ) -> None:
         """Ask for the constants the next iteration of the enclosing parallel loop will
-        read, into L2, while this one computes (the hardware prefetcher follows a stream
-        only once it is read, so the first tile of every channel block waited on memory
-        while the other tiles left it idle). One request per cache line, from the first
-        of the unrolled copies that read the same line."""
+        read, into L2, while this one computes: otherwise the first tile of each channel
+        block reads its weight panel from memory while the block's other tiles leave
+        memory idle (ResNet-50's 512→2048 1×1 convs: 17% faster a call in the model).
+        One request per cache line, from the first of the unrolled copies that read the
+        same line."""
         assert self.parallel is not None
         var, loop, step = self.parallel
         if var not in env or STOP not in env:
@@ -191,10 +192,11 @@ class Accumulators:
     def partial_sums(self, node: For, promotion: Promotion) -> int:
         """How many partial sums a promoted float sum keeps: with fewer independent
         accumulators than an FMA unit has in flight (latency × issue width, 8 on current
-        x86 cores), each iteration waits for the previous one's result (a 1-pixel tail
-        tile or a GEMV: two accumulators ran at a quarter of the FMA rate), so the loop
-        is split `parts` ways into separate accumulators summed at the end (the sum is
-        reassociated, like any blocked reduction)."""
+        x86 cores), each iteration waits for the previous one's result, so the loop is
+        split `parts` ways into separate accumulators summed at the end (the sum is
+        reassociated, like any blocked reduction). ResNet-50's classifier GEMV (two
+        vector accumulators): 168 → 148 µs with caches flushed; the 1-pixel tail tile of
+        its layer-4 1×1 conv gained nothing measurable."""
         stmt = self.kernel.statement[promotion.stmt]
         dtype = self.kernel.tensors[stmt.tensor].dtype
         bound = upper(node)

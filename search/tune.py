@@ -404,8 +404,10 @@ def tune(
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. Then, with
-    `validation`, each task's best candidates are timed inside the model and the fastest
-    there is what `compile` applies (`search.validate`); `trials=0` only validates. With
+    `validation`, each task's best candidates (and a neighbour of its best, measured as a
+    trial within `trials`) are timed inside the model and the fastest there is what
+    `compile` applies (`search.validate`); `trials=0` only validates (and measures the
+    neighbours beyond any budget). With
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
     only your own) and saved there at the end; otherwise a new `cost_model_kind` model
     ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
