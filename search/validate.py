@@ -134,6 +134,7 @@ NEIGHBOUR = {"epilogue_depth": 0, "parallel_depth": 2}
 def _neighbours(
     tasks: Sequence[Task],
     by_task: dict[str, list[_Candidate]],
+    known: Mapping[str, Sequence[Record]],
     records: RecordFile,
     target: Target,
     defaults: DefaultConfig,
@@ -142,8 +143,8 @@ def _neighbours(
     budget: int | None,
 ) -> int:
     """Measure (and verify) the neighbour of each task's best candidate (at most
-    `budget`), append its record and add it to the task's candidates when it is correct;
-    returns how many were measured."""
+    `budget`; one `known` from the records is not measured again), append its record and
+    add it to the task's candidates when it is correct; returns how many were measured."""
     measured = 0
     with contextlib.ExitStack() as stack:
         measurer: Measurer | None = None
@@ -157,6 +158,11 @@ def _neighbours(
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
             trace = tuple(space.build(decisions).trace)
             if trace_key(trace) in {trace_key(c.trace) for c in cands}:
+                continue
+            earlier = [r for r in known.get(task.key, []) if r.trace_key() == trace_key(trace)]
+            if earlier:  # measured before (an earlier validation): never twice
+                if any(r.ok and r.timing == "kernel" for r in earlier):
+                    cands.insert(-1, _Candidate("nb", trace, decisions))
                 continue
             if measurer is None:  # worker processes only when there is something to time
                 measurer = stack.enter_context(Measurer(target, measure))
@@ -214,7 +220,7 @@ def validate(
     measured = 0
     if config.neighbours:
         measured = _neighbours(
-            tasks, by_task, records, target, defaults, measure, config.seed, budget
+            tasks, by_task, of_workload, records, target, defaults, measure, config.seed, budget
         )
     by_task = {k: c for k, c in by_task.items() if len(c) > 1}
     if not by_task:

@@ -122,6 +122,8 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
     assert none.trials == 0 and none.tasks[0].labels == ("#1", "default")
     found = validate(model(), [task], RecordFile(path), target, config)
     assert found.trials == 1 and found.tasks[0].labels == ("#1", "nb", "default")
+    again = validate(model(), [task], RecordFile(path), target, config)  # not measured twice
+    assert again.trials == 0 and again.tasks[0].labels == ("#1", "nb", "default")
     alone = [r for r in RecordFile(path).read() if r.timing == "kernel"]
     assert len(alone) == 2 and alone[1].ok and alone[1].decisions is not None
     assert alone[1].decisions["epilogue_depth"] == 0 and alone[1].decisions["parallel_depth"] == 2
