@@ -11,8 +11,9 @@ The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
   iterations in guided chunks from a shared counter.
 
 A reduction loop whose body only accumulates into addresses fixed while it runs keeps
-those accumulators in registers (`promotable`): loaded before it, stored after it (as
-rows and a transpose in registers when their lanes lie rows apart, `row_groups`).
+those accumulators in registers (`codegen.promote`): loaded before it, stored after it
+(as rows and a transpose in registers when their lanes lie rows apart), with partial
+sums when they are too few, and asking for the next parallel iteration's weights ahead.
 
 Floating point follows the expressions exactly; only `contract` (FMA) is allowed, and a
 promoted float sum with too few accumulators to hide the FMA latency is reassociated
