@@ -56,7 +56,7 @@ def main() -> None:
     if args.trials == 0 and not args.validate and not args.measure_only:
         parser.error("--trials 0 needs --validate K (it only validates)")
     path = str(zoo.materialize("resnet50"))
-    table, seconds = "", 0.0
+    table, seconds, this_run = "", 0.0, 0
     if not args.measure_only:
         start = time.perf_counter()
         result = tune(
@@ -68,6 +68,7 @@ def main() -> None:
             validation=ValidateConfig(top=args.validate, seed=args.seed) if args.validate else None,
         )
         seconds = time.perf_counter() - start
+        this_run = result.trials
         table = result.table()
         print(table)
     target = host()
@@ -107,7 +108,7 @@ def main() -> None:
     if table:
         lines += [
             "",
-            f"Tuning: the records hold {trials} trials on this CPU ({args.trials} of them "
+            f"Tuning: the records hold {trials} trials on this CPU ({this_run} of them "
             f"this run, {seconds:.0f} s)"
             + (
                 f"; then the {args.validate} best candidates of each task, the neighbour of "
