@@ -66,9 +66,8 @@ class Promotion:
     write_dims: tuple[str, ...]
     #: the schedule loops of `key_vars`
     key_loops: tuple[str, ...] = ()
-    #: how many accumulators (key values) there are, and the bytes of one vector of them
-    chains: int = 1
-    vector_bytes: int = 0
+    #: the vector registers the accumulators take (key values × registers a vector)
+    registers: int = 1
     #: which partial sum the code being emitted adds into (`partial_sums`)
     part: int = 0
     #: whether to fetch the next parallel iteration's constants ahead, and the key value
@@ -105,7 +104,7 @@ class Accumulators:
             start = self.int(node.init, env)
             if parts > 1:
                 start = self.serial_loop(
-                    node, env, start, node.cond, parts, self.split(node, parts)
+                    node, env, start, node.cond, parts, self.split(node, parts, body)
                 )
                 promotion.part = 0
             self.serial_loop(node, env, start, node.cond, 1, body)
@@ -210,12 +209,11 @@ class Accumulators:
             or limit - node.init.value < MIN_SPLIT_TRIPS
         ):
             return 1
-        chains = promotion.chains * max(1, promotion.vector_bytes // VECTOR_BYTES)
+        chains = promotion.registers
         return min(MAX_PARTS, -(-IN_FLIGHT // chains)) if chains < IN_FLIGHT else 1
 
-    def split(self, node: For, parts: int) -> Callable[[Env], None]:
+    def split(self, node: For, parts: int, body: Callable[[Env], None]) -> Callable[[Env], None]:
         """The body of `parts` consecutive iterations, each into its own partial sums."""
-        body = self.body_of(node)
         promotion = self.promotion
         assert promotion is not None
 
@@ -246,7 +244,6 @@ class Accumulators:
         loops: dict[str, str] = {}
         if not self._collect(node.body, calls, inner, loops):
             return None
-        values, widths = self._expansions(node.body)
         if not calls or len({c.stmt for c in calls}) != 1:
             return None
         stmt = self.kernel.statement[calls[0].stmt]
@@ -269,9 +266,12 @@ class Accumulators:
                 key_vars.update(expanded)
         keys = tuple(sorted(key_vars))
         promotion = Promotion(stmt.name, keys, tuple(write_dims), tuple(loops[v] for v in keys))
-        promotion.chains = math.prod(values.get(v, 1) for v in keys)
+        values, widths = self._expansions(node.body)
         itemsize = np.dtype(self.kernel.tensors[stmt.tensor].dtype).itemsize
-        promotion.vector_bytes = max((lanes * itemsize for lanes in widths.values()), default=0)
+        vector_bytes = max((lanes * itemsize for lanes in widths.values()), default=0)
+        promotion.registers = math.prod(values.get(v, 1) for v in keys) * max(
+            1, vector_bytes // VECTOR_BYTES
+        )
         return promotion
 
     def _collect(
@@ -319,8 +319,11 @@ class Accumulators:
         values = [env[v] for v in promotion.key_vars]
         if not all(isinstance(v, ir.Constant) for v in values):
             raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
-        key = (*(v.constant for v in values), lanes.count if lanes is not None else 0)
-        key = (*key, promotion.part)
+        key = (
+            *(v.constant for v in values),
+            lanes.count if lanes is not None else 0,
+            promotion.part,
+        )
         slot = promotion.slots.get(key)
         if slot is None:
             slot = self.open_slot(promotion, stmt, node, env, lanes)
@@ -398,7 +401,7 @@ class Accumulators:
         if kind(self.kernel.tensors[stmt.tensor].dtype) == "b":
             return []
         for axis, loop in enumerate(promotion.key_loops):
-            if lane_strides(self.schedule, stmt.name, loop, {text: text})[text] != 1:
+            if self.stride_along(stmt, loop, text) != 1:
                 continue
             runs: dict[tuple, list[tuple[int, Slot]]] = {}
             for key, slot in promotion.slots.items():

@@ -85,11 +85,10 @@ def _mask(size: int, count: int) -> ir.Constant:
 
 
 def load_row(
-    mc: ModuleContext, b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, count: int
+    mc: ModuleContext, b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, count: int, align: int
 ) -> ir.Value:
     """The first `count` elements at `ptr` in a vector of `vty`; memory past them is not
     touched (the rest of the vector is undefined)."""
-    align = _align(vty)
     if count == vty.count:
         return b.load(ptr, typ=vty, align=align)
     fn = mc.function(
@@ -103,11 +102,10 @@ def load_row(
 
 
 def store_row(
-    mc: ModuleContext, b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, count: int
+    mc: ModuleContext, b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, count: int, align: int
 ) -> None:
     """Store the first `count` lanes of `value` at `ptr`, leaving memory past them alone."""
     vty = value.type
-    align = _align(vty)
     if count == vty.count:
         b.store(value, ptr, align=align)
         return
@@ -117,11 +115,3 @@ def store_row(
         [vty, PTR, I32, ir.VectorType(I1, vty.count)],
     )
     b.call(fn, [value, ptr, ir.Constant(I32, align), _mask(vty.count, count)])
-
-
-def _align(vty: ir.VectorType) -> int:
-    """The element's size in bytes (a row may start at any element)."""
-    element = vty.element
-    if isinstance(element, ir.IntType):
-        return max(1, element.width // 8)
-    return {"half": 2, "float": 4, "double": 8}[str(element)]

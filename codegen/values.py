@@ -130,7 +130,9 @@ class Instance:
         assert self.lanes is not None
         vty = ir.VectorType(memory_type(dtype), width)
         return [
-            load_row(self.mc, self.b, self.row_address(tensor, dtype, text, r), vty, count)
+            load_row(
+                self.mc, self.b, self.row_address(tensor, dtype, text, r), vty, count, _align(dtype)
+            )
             for r in range(self.lanes.count)
         ]
 
@@ -139,7 +141,8 @@ class Instance:
     ) -> None:
         """Store the first `count` elements of each lane's row from its address on."""
         for r, row in enumerate(rows):
-            store_row(self.mc, self.b, row, self.row_address(tensor, dtype, text, r), count)
+            address = self.row_address(tensor, dtype, text, r)
+            store_row(self.mc, self.b, row, address, count, _align(dtype))
 
     def row_address(self, tensor: str, dtype: str, text: str, lane: int) -> ir.Value:
         at = self.b.add(self.offset(text), ir.Constant(I64, self.stride(text) * lane))

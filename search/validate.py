@@ -40,6 +40,7 @@ from polytile.codegen.target import Target
 from polytile.errors import InputError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.schedule import Schedule
 
 from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, best_records, trace_key
@@ -107,11 +108,9 @@ class _Candidate:
     decisions: Mapping[str, Any] | None
 
 
-def _candidates(
-    task: Task, records: Sequence[Record], config: DefaultConfig, top: int
-) -> list[_Candidate]:
+def _candidates(records: Sequence[Record], default_of: Schedule, top: int) -> list[_Candidate]:
     """The task's best `top` distinct verified candidates timed alone, then the default."""
-    default = tuple(default_schedule(task.kernel, config).trace_json())
+    default = tuple(default_of.trace_json())
     best: dict[str, Record] = {}
     for r in records:
         key = r.trace_key()
@@ -135,9 +134,10 @@ def _neighbours(
     tasks: Sequence[Task],
     by_task: dict[str, list[_Candidate]],
     known: Mapping[str, Sequence[Record]],
+    default_of: Mapping[str, Schedule],
+    defaults: DefaultConfig,
     records: RecordFile,
     target: Target,
-    defaults: DefaultConfig,
     measure: MeasureConfig | None,
     seed: int,
     budget: int | None,
@@ -157,17 +157,18 @@ def _neighbours(
             space = SearchSpace(task.kernel, lanes=defaults.vector_width, threads=defaults.threads)
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
             trace = tuple(space.build(decisions).trace)
-            if trace_key(trace) in {trace_key(c.trace) for c in cands}:
+            key = trace_key(trace)
+            if key in {trace_key(c.trace) for c in cands}:
                 continue
-            earlier = [r for r in known.get(task.key, []) if r.trace_key() == trace_key(trace)]
+            earlier = [r for r in known.get(task.key, []) if r.trace_key() == key]
             if earlier:  # measured before (an earlier validation): never twice
                 if any(r.ok and r.timing == "kernel" for r in earlier):
                     cands.insert(-1, _Candidate("nb", trace, decisions))
                 continue
             if measurer is None:  # worker processes only when there is something to time
                 measurer = stack.enter_context(Measurer(target, measure))
-            default = default_schedule(task.kernel, defaults)
-            measurer.set_task(task.kernel, *reference_outputs(default, target, seed))
+            reference = reference_outputs(default_of[task.key], target, seed)
+            measurer.set_task(task.kernel, *reference)
             (record,) = measurer.measure(task.key, [list(trace)], seed)
             record = replace(record, decisions=decisions)
             records.append([record])
@@ -214,14 +215,16 @@ def validate(
     of_workload: dict[str, list[Record]] = {}
     for r in every:
         of_workload.setdefault(r.workload, []).append(r)
+    default_of = {t.key: default_schedule(t.kernel, defaults) for t in tasks}
     by_task = {
-        t.key: _candidates(t, of_workload.get(t.key, []), defaults, config.top) for t in tasks
+        t.key: _candidates(of_workload.get(t.key, []), default_of[t.key], config.top) for t in tasks
     }
     measured = 0
     if config.neighbours:
         measured = _neighbours(
-            tasks, by_task, of_workload, records, target, defaults, measure, config.seed, budget
-        )
+            tasks, by_task, of_workload, default_of, defaults, records, target, measure,
+            config.seed, budget,
+        )  # fmt: skip
     by_task = {k: c for k, c in by_task.items() if len(c) > 1}
     if not by_task:
         return Validation((), time.perf_counter() - start, measured)
