@@ -252,8 +252,9 @@ class Accumulators:
         ):
             return None
         write_dims = [d for d in stmt.dims if any(mentions(i, d) for i in stmt.index)]
-        key_vars: set[str] = set()
+        per_call: set[frozenset[str]] = set()
         for call in calls:
+            key_vars: set[str] = set()
             for dim, arg in zip(stmt.dims, call.args, strict=True):
                 if dim not in write_dims:
                     continue
@@ -264,7 +265,12 @@ class Accumulators:
                 if len(expanded) > 1 or (expanded and not linear_in(arg, expanded[0])):
                     return None
                 key_vars.update(expanded)
-        keys = tuple(sorted(key_vars))
+            per_call.add(frozenset(key_vars))
+        if len(per_call) > 1:
+            # a call where isl substituted a loop that runs once (`i11` in a full block,
+            # a constant in the leftover row after it) is not keyed like the others
+            return None
+        keys = tuple(sorted(next(iter(per_call))))
         promotion = Promotion(stmt.name, keys, tuple(write_dims), tuple(loops[v] for v in keys))
         values, widths = self._expansions(node.body)
         itemsize = np.dtype(self.kernel.tensors[stmt.tensor].dtype).itemsize

@@ -203,6 +203,16 @@ def test_accumulators_of_a_loop_with_full_and_partial_tiles_inside() -> None:
     check(T.replay(k, trace), inputs_for(k))
 
 
+def test_accumulators_of_calls_keyed_by_different_unrolled_loops() -> None:
+    """Under one reduction loop, a block's calls run in an unrolled loop while the
+    leftover row's call has that loop substituted by a constant (a random trace found
+    it: the accumulators were keyed by a loop the second call is not in). Such a loop
+    is not promoted, and the values match the reference."""
+    k = KERNELS["mm_relu_odd"]
+    schedule = T.split(default_schedule(k), "i1", (None, 3))
+    check(schedule, inputs_for(k))
+
+
 def test_thread_counts_agree() -> None:
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(64, 48), B=(48, 40))
     native = NativeKernel(default_schedule(k))
