@@ -347,9 +347,14 @@ class SearchSpace:
         tiled = heads.get(d["otile_loop"], [])
         if tiled:  # the outer part of a blocked loop, or the whole loop
             index = outer.index(tiled[0])
-            schedule, parts = self._split(schedule, tiled[0], d["otile"])
-            outer[index : index + 1] = parts[:1]
-            middle.extend(parts[1:])
+            if 2 <= T.loop_extent(schedule, tiled[0]) <= d["otile"]:
+                # one outer tile holds the whole loop: all of it goes below the reduction's
+                # outer part (the pixel tiles of a 1x1 conv reuse one chunk of its weights)
+                middle.append(outer.pop(index))
+            else:
+                schedule, parts = self._split(schedule, tiled[0], d["otile"])
+                outer[index : index + 1] = parts[:1]
+                middle.extend(parts[1:])
         low: list[str] = []
         if d["low_reduce"] and d["block_loop"] in self.spatial and blocks["block_loop"]:
             low = moving_reductions(main, self.reduce, self.dim_of, d["block_loop"])

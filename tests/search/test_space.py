@@ -259,6 +259,21 @@ def test_outer_tile_applies_to_a_blocked_loop() -> None:
     assert loops.index("k0") < loops.index("j01") < loops.index("k1")  # S R S R S
 
 
+def test_outer_tile_as_long_as_its_loop_moves_the_whole_loop_below_the_reduction() -> None:
+    w = RNG.standard_normal((32, 64)).astype(np.float32)
+    k = kernel("Y[m, p] += X[c, p] * W[m, c]", X=(64, 21), W=w)
+    space = SearchSpace(k, lanes=16)
+    d = {**space.default_decisions(), "vec_loop": "m", "vec": 16, "block_loop": "p", "block": 7}
+    d.update(rtile_loop="c", rtile=16, otile_loop="p", otile=4)  # p0 has 3 iterations
+    schedule = space.build(d).schedule
+    loops = [lp.name for lp in schedule.loops_of(space.main.name)]
+    assert loops.index("c0") < loops.index("p0") < loops.index("c1")  # was a no-op
+    x = RNG.standard_normal((64, 21)).astype(np.float32)
+    got = run_schedule(schedule, {"X": x})["Y"]
+    assert got.shape == (32, 21) and got.dtype == np.float32
+    np.testing.assert_allclose(got, w @ x, rtol=1e-4, atol=1e-4)
+
+
 def test_rfactor_vectorizes_a_reduction_with_little_parallelism() -> None:
     k = kernel("Y[i] += A[i, k] * 2", A=(2, 512))
     space = SearchSpace(k, lanes=8)
