@@ -95,6 +95,8 @@ class _Shared:
     slots: dict[str, int] = field(default_factory=dict)
     #: (statement, loop, address) → the address's stride along the loop
     along: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
+    #: (init statement, reduction loop) → whether the init fills the loop's accumulators
+    fills: dict[tuple[str, str], bool] = field(default_factory=dict)
 
 
 class _Emitter(Accumulators):
@@ -198,7 +200,7 @@ class _Emitter(Accumulators):
         iteration."""
         privates = self.shared.private.get(node.loop, [])
         if not privates:
-            return lambda env: self.node(node.body, env)
+            return lambda env: self.loop_body(node.body, env)
 
         def body(env: Env) -> None:
             first = env.get(THREAD, ir.Constant(I64, 0))
@@ -209,10 +211,32 @@ class _Emitter(Accumulators):
                 shift = self.b.sub(start, self.int(p.origin, env), flags=["nsw"])
                 self.shift[p.tensor] = shift
                 scope[f"{SHIFT}{p.tensor}"] = shift
-            self.node(node.body, scope)
+            self.loop_body(node.body, scope)
             self.shift = saved
 
         return body
+
+    def loop_body(self, body: AstNode, env: Env) -> None:
+        """A loop's body; the reduction loop after an init nest that fills its
+        accumulators (`fused_init`) starts them from the init's values."""
+        if not isinstance(body, Block):
+            self.node(body, env)
+            return
+        i = 0
+        while i < len(body.items):
+            promotion = self.fused_init(body.items, i)
+            self.node(body.items[i], env)
+            i += 1
+            if promotion is None:
+                continue
+            loop = body.items[i]
+            assert isinstance(loop, For)
+            self.enclosing.append(loop)
+            try:
+                self.promoted_loop(loop, env, promotion)
+            finally:
+                self.enclosing.pop()
+            i += 1
 
     def serial_loop(
         self,

@@ -381,14 +381,15 @@ def test_accumulators_with_lanes_rows_apart_move_as_rows(dtype: str, cols: int, 
     unrolled block along the contiguous axis: its accumulators are loaded and stored as
     one (masked) row per lane, as wide as the block needs, and transposed in registers,
     not lane by lane; full and partial blocks (30 = 14 + 14 + 2) give the reference's
-    values."""
+    values. (The init runs before the pixel tiles, so the tile's accumulators are read
+    from memory.)"""
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 24), B=(24, cols), dtype=dtype)
     lanes = 64 // np.dtype(dtype).itemsize
     steps = [
         ("split", {"loop": "i", "factors": (None, lanes)}),
         ("split", {"loop": "j", "factors": (None, block)}),
         ("reorder", {"order": ("i0", "j0", "k", "j1", "i1")}),
-        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "j0"}),
         ("vectorize", {"loop": "i1"}),
         ("unroll", {"loop": "j1"}),
     ]
@@ -399,6 +400,40 @@ def test_accumulators_with_lanes_rows_apart_move_as_rows(dtype: str, cols: int, 
     assert ("llvm.masked.load" in ir_text) is masked
     assert ir_text.count("shufflevector") >= 2 * lanes  # (lane by lane: only splats)
     check(schedule, inputs_for(k))
+
+
+@pytest.mark.parametrize(("vectors", "fused"), [(1, True), (2, False)])
+def test_a_register_tile_starts_from_the_bias_its_init_fills_it_with(
+    vectors: int, fused: bool
+) -> None:
+    """A conv's register tile (output channels in lanes, a row of 14 pixels unrolled)
+    whose init nest, right before the reduction, fills exactly the tile starts from the
+    bias instead of loading the rows back (masked: 14 of 16 lanes); a tile of 28
+    accumulators (two vectors a pixel) loads them (`FUSED_INIT_REGISTERS`). The values
+    match the reference either way."""
+    rng = np.random.default_rng(3)
+    channels = 16 * vectors
+    k = kernel_from_node(
+        helper.make_node("Conv", ["x", "w", "b"], ["y"]),
+        {"x": (1, 3, 16, 16)},
+        initializers={
+            "w": rng.standard_normal((channels, 3, 3, 3)).astype(np.float32),
+            "b": rng.standard_normal(channels).astype(np.float32),
+        },
+    )
+    main = next(s for s in k.statements if s.reduction is not None)
+    steps = [
+        ("split", {"loop": "m", "factors": (None, channels)}),
+        ("reorder", {"order": ("n", "m0", "oh", "c", "kh", "kw", "ow", "m1")}),
+        ("decompose_reduction", {"stmt": main.name, "loop": "c"}),
+        ("vectorize", {"loop": "m1"}),
+        ("unroll", {"loop": "ow"}),
+    ]
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    ir_text = NativeKernel(schedule).ir
+    assert "llvm.masked.store" in ir_text  # the rows written back
+    assert ("llvm.masked.load" in ir_text) is not fused
+    check(schedule, inputs_for(k), rtol=1e-4)
 
 
 @pytest.mark.parametrize(("dtype", "depth"), [("float32", 300), ("float32", 301), ("float64", 77)])
