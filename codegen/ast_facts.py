@@ -50,7 +50,7 @@ def upper(node: For) -> AstExpr | None:
 def _bound(cond: AstExpr, var: str) -> AstExpr | None:
     if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
         limit = cond.args[1]
-        if _mentions(limit, var):
+        if var in vars_of(limit):
             return None
         return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
     if isinstance(cond, Op) and cond.op == "and":
@@ -59,14 +59,6 @@ def _bound(cond: AstExpr, var: str) -> AstExpr | None:
             return None
         return Op("min", tuple(parts))  # type: ignore[arg-type]
     return None
-
-
-def _mentions(e: AstExpr, var: str) -> bool:
-    if isinstance(e, Var):
-        return e.name == var
-    if isinstance(e, Op):
-        return any(_mentions(a, var) for a in e.args)
-    return False
 
 
 def constant_bound(e: AstExpr) -> int | None:

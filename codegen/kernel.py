@@ -31,7 +31,7 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.contract import Private, private_temporaries
-from polytile.poly.expr import Iter, Load, walk
+from polytile.poly.expr import walk
 from polytile.poly.kernel import Kernel, Statement
 from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
@@ -40,7 +40,7 @@ from polytile.poly.strides import lane_strides
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .promote import Accumulators, Promotion
-from .values import Instance, Lanes
+from .values import Instance, Lanes, address_texts
 
 #: unroll marks on loops with more iterations than this stay loops
 MAX_UNROLL = 64
@@ -452,21 +452,11 @@ class _Emitter(Accumulators):
         key = (stmt.name, loop)
         if key in self.shared.strides:
             return self.shared.strides[key]
-        exprs: dict[str, str] = {}
         plan: dict[str, int | None] | None = None
-        indirect = False
-        write = self.kernel.tensors[stmt.tensor]
-        exprs[flat_index(self.shape(write.name), stmt.index)] = ""
-        for e in walk(stmt.expr):
-            if isinstance(e, Load):
-                if not all(isinstance(i, str) for i in e.index):
-                    indirect = True
-                    break
-                exprs[flat_index(self.shape(e.tensor), e.index)] = ""  # type: ignore[arg-type]
-            elif isinstance(e, Iter):
-                exprs[e.name] = ""
-        if not indirect and loop:
-            found = lane_strides(self.schedule, stmt.name, loop, {t: t for t in exprs})
+        texts = address_texts(stmt.expr, self.shape)
+        if texts is not None and loop:
+            texts.append(flat_index(self.shape(stmt.tensor), stmt.index))
+            found = lane_strides(self.schedule, stmt.name, loop, {t: t for t in texts})
             if all(v is not None for v in found.values()):
                 plan = found
         self.shared.strides[key] = plan

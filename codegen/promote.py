@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstNode, Block, Call, For, Int, Mark
-from polytile.poly.expr import Iter, Load, walk
+from polytile.poly.expr import Load, walk
 from polytile.poly.kernel import Kernel, Role, Statement, mentions
 from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
@@ -40,7 +40,7 @@ from .ast_facts import (
 )
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext, kind, memory_type
 from .transpose import columns_to_rows, rows_to_columns
-from .values import Instance, Lanes
+from .values import Instance, Lanes, address_texts
 
 #: independent accumulators that keep an FMA unit busy (4-cycle latency × 2 issued a
 #: cycle), the bytes of its vector registers, and at most how many partial sums a
@@ -54,8 +54,8 @@ MIN_SPLIT_TRIPS = 16
 PREFETCH_TILES = 8
 LINE_BYTES = 64
 #: the most accumulator registers a tile started from its init's values takes. In
-#: ResNet-50, tiles of 7-16 gained (its stem conv: 0.61 → 0.58 ms a call in the model,
-#: 0.87 → 0.76 ms when the host slows a vCPU), while the 28 of its layer-3 3×3 conv
+#: ResNet-50, tiles of 7-16 gained (its stem conv: 0.64 → 0.61 ms a call in the model,
+#: 0.89 → 0.76 ms when the host slows a vCPU), while the 28 of its layer-3 3×3 conv
 #: left more spills in its loop (the register allocator chose differently) and took
 #: 15% longer in the model when the host slowed a vCPU
 FUSED_INIT_REGISTERS = 24
@@ -287,12 +287,9 @@ class Accumulators:
             return None
         if promotion.registers > FUSED_INIT_REGISTERS:
             return None
-        texts = [e.name for e in walk(init.expr) if isinstance(e, Iter)]
-        for e in walk(init.expr):
-            if isinstance(e, Load):
-                if not all(isinstance(x, str) for x in e.index):
-                    return None
-                texts.append(flat_index(self.shape(e.tensor), e.index))  # type: ignore[arg-type]
+        texts = address_texts(init.expr, self.shape)
+        if texts is None:
+            return None
         for vector in {f.loop for f in fors(loop) if f.annotation == "vector"}:
             strides = {t: self.stride_along(main, vector, t) for t in texts}
             if any(v is None for v in strides.values()):

@@ -5,7 +5,7 @@ loop structure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
-from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
+from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
 from polytile.poly.kernel import Statement
 from polytile.poly.quasi import flat_index, parse_index
 
@@ -25,6 +25,21 @@ FAST = ("contract",)
 #: the largest lane stride loaded as one wide vector and shuffled (wider strides waste
 #: more of the load than a gather of single lanes costs)
 MAX_SHUFFLED_STRIDE = 4
+
+
+def address_texts(expr: Expr, shape: Callable[[str], tuple[int, ...]]) -> list[str] | None:
+    """The flat address of every load in an expression and the name of every iterator
+    it uses (the texts `Lanes.strides` holds), in the layouts `shape` gives; None when a
+    load's index is indirect (it has no stride)."""
+    texts = []
+    for e in walk(expr):
+        if isinstance(e, Load):
+            if not all(isinstance(i, str) for i in e.index):
+                return None
+            texts.append(flat_index(shape(e.tensor), e.index))  # type: ignore[arg-type]
+        elif isinstance(e, Iter):
+            texts.append(e.name)
+    return texts
 
 
 @dataclass(frozen=True)
