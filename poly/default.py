@@ -299,8 +299,10 @@ class ConvPlan:
     block: int
 
 
-def conv_plan(kernel: Kernel, config: DefaultConfig) -> ConvPlan | None:
-    """The conv plan of a kernel's main statement, None when it is not conv-like."""
+def conv_plan(kernel: Kernel, config: DefaultConfig, *, streaming: bool = False) -> ConvPlan | None:
+    """The conv plan of a kernel's main statement, None when it is not conv-like.
+    `streaming`: also when its rows stream (a 1×1 conv whose flattened pixels the
+    default vectorizes instead), the other orientation the search space samples."""
     schedule = initial_schedule(kernel)
     main = main_statement(kernel)
     if not main.reduction:
@@ -308,7 +310,7 @@ def conv_plan(kernel: Kernel, config: DefaultConfig) -> ConvPlan | None:
     names = [loop.name for loop in schedule.loops_of(main.name)]
     dim_of = dict(zip(names, main.dims, strict=True))
     spatial = [n for n in names if dim_of[n] not in main.reduction_dims]
-    return _conv_plan(schedule, main, spatial, dim_of, config)
+    return _conv_plan(schedule, main, spatial, dim_of, config, streaming=streaming)
 
 
 def moving_reductions(
@@ -334,6 +336,8 @@ def _conv_plan(
     spatial: list[str],
     dim_of: dict[str, str],
     config: DefaultConfig,
+    *,
+    streaming: bool = False,
 ) -> ConvPlan | None:
     """Convolution-like reductions: a constant operand (the weights) depends on an
     output dim (the channels) that no other operand depends on. Vectorizing that dim
@@ -345,7 +349,7 @@ def _conv_plan(
     lanes = config.vector_width
     row = spatial[-1]
     row_dim = dim_of[row]
-    if _streams(schedule, main, row, row_dim, lanes):
+    if not streaming and _streams(schedule, main, row, row_dim, lanes):
         return None
     for ld in loads(main.expr):
         t = schedule.kernel.tensors.get(ld.tensor)

@@ -14,7 +14,8 @@ which loop's tiles go outermost, where the epilogue goes, unroll, how many outer
 run in parallel, and for each elementwise / injective statement writing a temporary
 whether it is inlined into its readers — recomputed there — or materialized,
 `inline:<statement>`), sampled at random with a structural hint (the conv plan of
-`poly.default`: channels in vectors, rows in registers) or mutated from a parent;
+`poly.default`: channels in vectors, rows in registers; for a 1×1 conv whose pixels
+stream, that or the pixels in vectors, half and half) or mutated from a parent;
 building it applies the transformations, each checked by the poly layer, and records
 the trace. A decision that would be illegal is dropped (that step is skipped), so every
 candidate is a legal, replayable trace before anything is measured. `default_decisions`
@@ -109,6 +110,12 @@ class SearchSpace:
         self.extent = {n: T.loop_extent(base, n) for n in loops}
         self.padded = not self.main.domain_set().is_box()
         self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
+        #: channels in vectors, rows in registers: the default's plan, or for a kernel
+        #: whose rows stream (a 1×1 conv, where the default vectorizes the pixels) the
+        #: other orientation, sampled as often as that one
+        self.channels = (
+            conv_plan(kernel, self.config, streaming=True) if self.main.reduction else None
+        )
         #: the longest reduction loop, rfactored when the output has little parallelism
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
         #: statements that may be inlined (one per temporary: the first of its writers)
@@ -127,8 +134,8 @@ class SearchSpace:
             for b in range(2, MAX_BLOCK + 1)
             if self.extent[n] % b == 0 and b < self.extent[n]
         }
-        if self.plan is not None:
-            divisors.add(self.plan.block)
+        if self.channels is not None:
+            divisors.add(self.channels.block)
         outputs = math.prod(self.extent[n] for n in self.spatial)
         little = outputs < 2 * self.lanes * self.config.threads
         long = (
@@ -162,12 +169,14 @@ class SearchSpace:
     def sample(self, rng: random.Random) -> Decisions:
         decisions = {k: rng.choice(v) for k, v in self._choices.items()}
         if rng.random() < HINT:
-            plan = self.plan
-            if plan is not None:  # channels in vectors, rows in registers
+            plan = self.channels
+            rows = self.plan is None and bool(self.spatial)
+            if plan is not None and not (rows and rng.random() < 0.5):
+                # channels in vectors, rows in registers
                 widths = [w for w in self._choices["vec"] if w <= plan.lanes]
                 decisions.update(vec_loop=plan.channel, block_loop=plan.row, vec=rng.choice(widths))
                 decisions["low_reduce"] = True
-            elif self.spatial:  # the innermost output dim usually wins
+            elif rows:  # the innermost output dim usually wins
                 decisions["vec_loop"] = self.spatial[-1]
         return decisions
 
@@ -318,7 +327,7 @@ class SearchSpace:
             # as the default: a short loop takes narrower vectors rather than one and a part
             # (the conv plan's channels fill their vectors already)
             vec = d["vec"]
-            if self.plan is None or vec_loop != self.plan.channel:
+            if self.channels is None or vec_loop != self.channels.channel:
                 vec = narrow_vector(self.extent[vec_loop], vec)
             if d["pack"]:
                 block_loop = d["block_loop"]
