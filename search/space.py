@@ -170,13 +170,14 @@ class SearchSpace:
         decisions = {k: rng.choice(v) for k, v in self._choices.items()}
         if rng.random() < HINT:
             plan = self.channels
-            rows = self.plan is None and bool(self.spatial)
-            if plan is not None and not (rows and rng.random() < 0.5):
+            # the default vectorizes the innermost output dim: that hint too, half the time
+            innermost = self.plan is None and bool(self.spatial)
+            if plan is not None and not (innermost and rng.random() < 0.5):
                 # channels in vectors, rows in registers
                 widths = [w for w in self._choices["vec"] if w <= plan.lanes]
                 decisions.update(vec_loop=plan.channel, block_loop=plan.row, vec=rng.choice(widths))
                 decisions["low_reduce"] = True
-            elif rows:  # the innermost output dim usually wins
+            elif innermost:
                 decisions["vec_loop"] = self.spatial[-1]
         return decisions
 
