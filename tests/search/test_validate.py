@@ -19,7 +19,7 @@ from polytile.search.records import Record, RecordFile, best_records, trace_key
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
 from polytile.search.tune import tune
-from polytile.search.validate import ValidateConfig, deal, validate
+from polytile.search.validate import ValidateConfig, _candidates, deal, validate
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((256, 256)).astype(np.float32)
@@ -59,6 +59,24 @@ def test_every_candidate_runs_in_each_context_beside_other_neighbours() -> None:
     contexts = [{tuple(sorted(v.items())) for v in variants[i : i + 4]} for i in (0, 4, 8)]
     assert contexts[0] != contexts[1] and contexts[1] != contexts[2]  # not copies
     assert deal(sizes, 3, seed=0) == variants  # seeded
+
+
+def test_the_best_of_another_orientation_near_the_top_is_validated_too() -> None:
+    target = host()
+    (task,) = extract_tasks(model())
+    default = default_schedule(task.kernel, default_config(target))
+
+    def record(i: int, vec_loop: str, seconds: float) -> Record:
+        trace = ({"kind": "vectorize", "args": {"loop": f"x{i}"}},)
+        decisions = {"vec_loop": vec_loop}
+        return Record(task.key, target.key(), trace, (seconds,), decisions=decisions)
+
+    rows = [record(0, "j", 1.0), record(1, "j", 1.01), record(2, "j", 1.02)]
+    rows += [record(3, "i", 1.1), record(4, "i", 1.12), record(5, "k", 1.3)]
+    found = _candidates(rows, default, top=2)
+    assert [c.label for c in found] == ["#1", "#2", "#4", "default"]
+    assert found[2].decisions == {"vec_loop": "i"}  # the best "i"; "k" is 30% slower
+    assert [c.label for c in _candidates(rows[:3], default, top=2)] == ["#1", "#2", "default"]
 
 
 def test_validation_overrules_a_search_timing_the_model_disagrees_with(tmp_path: Path) -> None:
