@@ -12,19 +12,18 @@ default. Re-ranking every task's three best candidates and the default this way 
 whole model 2.5-4% faster.
 
 So after the search, `validate` times each task's best `top` distinct verified candidates
-(and the best of each other orientation near them: `OTHER_ORIENTATION`),
-the neighbour of its best (`NEIGHBOUR`, measured and verified first like a search trial)
-and its default schedule in `contexts` × (a task's most candidates) compiled variants of
-the model: every
-variant runs one candidate of each task (every other kernel as `compile` would), each
-candidate runs in at least `contexts` variants, and the candidates are dealt to the
-variants with a random offset per task and context (`deal`), so that a candidate's
-neighbours (a kernel's time depends on the kernels before it) differ between its variants
-and do not follow its rank. The variants are profiled in turns; a candidate's time is the
-median, over its variants and the turns, of its calls' mean seconds. Every candidate's
-in-model time is appended as a "model" record, all with one timestamp, and
-`best_records` takes the fastest of the latest validation, unless the search measured
-the task again since.
+(and the best of each other orientation near them: `OTHER_ORIENTATION`), the neighbour
+of its best (`NEIGHBOUR`, measured and verified first like a search trial) and its
+default schedule in `contexts` × (a task's most candidates) compiled variants of the
+model: every variant runs one candidate of each task (every other kernel as `compile`
+would), each candidate runs in at least `contexts` variants, and the candidates are
+dealt to the variants with a random offset per task and context (`deal`), so that a
+candidate's neighbours (a kernel's time depends on the kernels before it) differ between
+its variants and do not follow its rank. The variants are profiled in turns; a
+candidate's time is the median, over its variants and the turns, of its calls' mean
+seconds. Every candidate's in-model time is appended as a "model" record, all with one
+timestamp, and `best_records` takes the fastest of the latest validation, unless the
+search measured the task again since.
 """
 
 from __future__ import annotations
@@ -136,14 +135,14 @@ def _candidates(records: Sequence[Record], default_of: Schedule, top: int) -> li
     for i, r in enumerate(ranked[top:], start=top):
         if r.latency > OTHER_ORIENTATION * ranked[0].latency:
             break
-        if _orientation(r) not in seen:
+        if r.decisions is not None and _orientation(r) not in seen:
             seen.add(_orientation(r))
             found.append(_Candidate(f"#{i + 1}", r.trace, r.decisions))
     return [*found, _Candidate("default", default, None)]
 
 
 def _orientation(record: Record) -> Any:
-    """Which loop a candidate vectorizes (None: unknown, a record without decisions)."""
+    """Which loop a candidate vectorizes (None: none, or a record without decisions)."""
     return (record.decisions or {}).get("vec_loop")
 
 

@@ -66,15 +66,16 @@ def test_the_best_of_another_orientation_near_the_top_is_validated_too() -> None
     (task,) = extract_tasks(model())
     default = default_schedule(task.kernel, default_config(target))
 
-    def record(i: int, vec_loop: str, seconds: float) -> Record:
+    def record(i: int, vec_loop: str | None, seconds: float) -> Record:
         trace = ({"kind": "vectorize", "args": {"loop": f"x{i}"}},)
-        decisions = {"vec_loop": vec_loop}
+        decisions = {"vec_loop": vec_loop} if vec_loop else None  # None: an older record
         return Record(task.key, target.key(), trace, (seconds,), decisions=decisions)
 
     rows = [record(0, "j", 1.0), record(1, "j", 1.01), record(2, "j", 1.02)]
-    rows += [record(3, "i", 1.1), record(4, "i", 1.12), record(5, "k", 1.3)]
+    rows += [record(3, None, 1.05), record(4, "i", 1.1), record(5, "i", 1.12)]
+    rows += [record(6, "k", 1.3)]
     found = _candidates(rows, default, top=2)
-    assert [c.label for c in found] == ["#1", "#2", "#4", "default"]
+    assert [c.label for c in found] == ["#1", "#2", "#5", "default"]
     assert found[2].decisions == {"vec_loop": "i"}  # the best "i"; "k" is 30% slower
     assert [c.label for c in _candidates(rows[:3], default, top=2)] == ["#1", "#2", "default"]
 
