@@ -13,7 +13,7 @@ from onnx import helper
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default import DefaultConfig, default_schedule, main_statement
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
@@ -327,6 +327,19 @@ def test_strided_vector_loads(stride: int, dtype: str) -> None:
     schedule = T.vectorize(initial_schedule(k), "j")
     check(schedule, inputs_for(k))
     assert ("llvm.masked.load" in NativeKernel(schedule).ir) is (stride <= 4)
+
+
+def test_a_pooling_window_over_short_rows_keeps_its_channel_block_in_registers() -> None:
+    """Seven output columns are too few to split into vectors; the block of channels is
+    still unrolled, so its accumulators are promoted instead of being loaded and stored
+    for every window element."""
+    k = kernel_from_node(
+        node("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), {"x": (1, 16, 7, 7)}
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    main = main_statement(k)  # the window's sum (the tap counts are reductions too)
+    assert [lp.annotation for lp in schedule.loops_of(main.name)][-1] == "unroll"
+    check(schedule, inputs_for(k))
 
 
 @pytest.mark.parametrize("vector", [False, True])
