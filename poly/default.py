@@ -200,9 +200,9 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if blocked is not None:
         # unrolled, its accumulators stay in registers, also where the vector loop was
         # too short to split (a pooling window over 7 columns: in memory, every window
-        # element was a load, an add and a store, whose time also swung 2-3x with where
-        # the buffers lay; Inception v1 0.785 -> 0.726x and v2 1.613 -> 1.548x
-        # onnxruntime's latency, in the same turns)
+        # element was a load, an add and a store, whose time also swung 2-3x between two
+        # compilations of the same code; Inception v1 0.785 -> 0.726x and v2 1.613 ->
+        # 1.548x onnxruntime's latency, in the same turns)
         schedule = _try(schedule, lambda s: T.unroll(s, blocked))
     for stmt in epilogue(schedule.kernel, main):
         schedule = vectorize_innermost(schedule, stmt, config.vector_width)

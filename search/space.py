@@ -113,9 +113,9 @@ class SearchSpace:
         #: channels in vectors, rows in registers: the default's plan, or for a kernel
         #: whose rows stream (a 1×1 conv, where the default vectorizes the pixels) the
         #: other orientation, sampled as often as that one
-        self.channels = (
-            conv_plan(kernel, self.config, streaming=True) if self.main.reduction else None
-        )
+        self.channels = self.plan
+        if self.plan is None and self.main.reduction:
+            self.channels = conv_plan(kernel, self.config, streaming=True)
         #: the longest reduction loop, rfactored when the output has little parallelism
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
         #: statements that may be inlined (one per temporary: the first of its writers)
