@@ -238,3 +238,54 @@ def test_the_population_starts_from_the_default_decisions_unless_ablated(
     state = seeded.states[0]
     assert seeded._parents(state) == [state.space.default_decisions()]
     assert Tuner(tasks, records, host(), 0, start_from_default=False)._parents(state) == []
+
+
+def two_matmuls() -> onnx.ModelProto:
+    w2 = RNG.standard_normal((48, 40)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(W, "w"), numpy_helper.from_array(w2, "w2")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_task_tries_the_best_decisions_of_its_kind_from_the_other_tasks(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    from polytile.codegen.target import host
+    from polytile.search.cost_model import RandomModel
+    from polytile.search.records import Record, trace_key
+    from polytile.search.tune import Tuner
+
+    tasks = extract_tasks(two_matmuls())
+    assert len(tasks) == 2 and tasks[0].kind == tasks[1].kind
+    tuner = Tuner(tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, model=RandomModel(0))
+    first, second = tuner.states
+    rng = random.Random(3)
+    samples = [first.space.sample(rng) for _ in range(40)]
+    good, bad = (
+        next(d for d in samples if d["vec_loop"] == loop and d["block"] > 2) for loop in ("j", None)
+    )
+    for decisions, latency in ((bad, 2e-3), (good, 1e-3)):
+        trace = tuple(first.space.build(decisions).trace)
+        first.add(Record(first.task.key, {}, trace, (latency,)), decisions, None)
+    wanted = tuner._build(second, second.space.complete(good))
+    proposed = tuner.propose(second, 6)
+    keys = [trace_key(c.trace) for c in proposed]
+    assert len(proposed) == 6 and len(set(keys)) == 6
+    # the other task's best (not its worse candidate), in this task's space, measured first
+    assert keys[0] == trace_key(wanted.trace) and proposed[0].decisions == wanted.decisions
+    # once measured it is not proposed again
+    second.add(Record(second.task.key, {}, tuple(wanted.trace), (1e-3,)), wanted.decisions, None)
+    assert tuner._borrowed(second) == []
+    assert trace_key(wanted.trace) not in [trace_key(c.trace) for c in tuner.propose(second, 6)]
