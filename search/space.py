@@ -40,6 +40,7 @@ from polytile.poly.default import (
     DefaultConfig,
     cache_tiles,
     chained_epilogue,
+    compute_prologue,
     conv_plan,
     depends,
     epilogue,
@@ -407,6 +408,8 @@ class SearchSpace:
         init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
         if init is not None:
             schedule = vectorize_innermost(schedule, init, self.lanes)
+        if self.plan is None:  # as the default (a conv plan leaves a fused Pad's nest alone)
+            schedule = compute_prologue(schedule, main.name, self.lanes)
         # as the default: a conv's padded row loops stay out of the parallel loop (their
         # bounds would become guards); a pooling window's do not decide the plan
         stop = set(self.spatial) if self.padded and self.plan is not None else set()

@@ -342,6 +342,28 @@ def test_a_pooling_window_over_short_rows_keeps_its_channel_block_in_registers()
     check(schedule, inputs_for(k))
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_padded_pool_input_is_copied_per_channel_tile_inside_the_parallel_loop(op: str) -> None:
+    """The default makes a pool's padded copy for one tile of channels right before the
+    window reads it (in cache, one slice per thread), not as a pass over the whole input;
+    the window's accumulators are unrolled over the channel block and vectorized along
+    the row, and the results match the program-order reference."""
+    k = kernel_from_node(
+        node(op, ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), {"x": (1, 32, 14, 14)}
+    )
+    pads = [s.name for s in k.statements if s.name.endswith(("_pad", "_pad_border"))]
+    assert len(pads) == 2 and all(k.statement[p].tensor.endswith("padded") for p in pads)
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    main = main_statement(k)
+    outer = schedule.loops_of(main.name)[0]
+    assert outer.annotation == "parallel"
+    for pad in pads:  # under the pool's own parallel loop
+        assert schedule.loops_of(pad)[0] is outer
+    annotations = [lp.annotation for lp in schedule.loops_of(main.name)]
+    assert annotations[-2:] == ["unroll", "vector"]
+    check(schedule, inputs_for(k))
+
+
 @pytest.mark.parametrize("vector", [False, True])
 def test_float_max_and_min_propagate_nan_from_either_operand(vector: bool) -> None:
     """Max / min are x86's max / min both ways round with their bits OR-ed (not LLVM's
