@@ -28,7 +28,7 @@ from polytile.errors import IllegalSchedule
 
 from . import isl_helpers as ih
 from . import transform as T
-from .expr import loads
+from .expr import Const, Load, loads
 from .inline import inline_statement
 from .kernel import Kernel, Role, Statement, mentions
 from .schedule import Loop, Schedule, initial_schedule, statements_below
@@ -214,37 +214,39 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
 
 
 def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
-    """The prologue made inside the main statement's outermost loop, vectorized: a pool's
-    padded input copied one tile (of channels) at a time, while it stays in cache, rather
+    """The main statement's padded input (`padded_inputs`) made inside its outermost loop,
+    vectorized: copied one tile (of channels) at a time, while it stays in cache, rather
     than in a pass over the whole input (Inception v2's 3x3 AveragePools over 14x14: the
     copy as its own pass made them 161 -> 58 us a call, inside the tile 45 us)."""
     tile = next(
         (lp.name for lp in schedule.loops_of(main) if T.loop_extent(schedule, lp.name) > 1), None
     )
-    for stmt in prologue(schedule.kernel, schedule.kernel.statement[main]) if tile else []:
+    for stmt in padded_inputs(schedule.kernel, main) if tile else []:
         schedule = _try(schedule, lambda s, st=stmt: T.compute_at(s, st, tile))
         schedule = vectorize_innermost(schedule, stmt, width)
     return schedule
 
 
-def prologue(kernel: Kernel, main: Statement) -> list[str]:
-    """Statements before the main one writing a temporary only the main one reads (a
-    pool's padded input)."""
-    main = kernel.statement[main.name]
-    read = {ld.tensor for ld in loads(main.expr)}
-    before = [s.name for s in kernel.statements].index(main.name)
-    return [
-        s.name
-        for s in kernel.statements[:before]
-        if s.init_of is None
-        and s.tensor in read
-        and kernel.tensors[s.tensor].role is Role.TEMP
-        and not any(
-            s.tensor in {ld.tensor for ld in loads(o.expr)}
-            for o in kernel.statements
-            if o.name != main.name
-        )
-    ]
+def padded_inputs(kernel: Kernel, main: str) -> list[str]:
+    """The writers of each temporary that only `main` reads and that holds a padded copy:
+    every writer copies a tensor or fills in a constant, and one fills (a pool's padded
+    input, a fused constant Pad). Other producers (a fused BatchNorm and ReLU before a
+    conv) stay in their own nests: computed per tile they were not measured."""
+    readers: dict[str, set[str]] = {}
+    for s in kernel.statements:
+        for ld in loads(s.expr):
+            readers.setdefault(ld.tensor, set()).add(s.name)
+    found = []
+    for name, t in kernel.tensors.items():
+        writers = [s for s in kernel.statements if s.tensor == name]
+        if (
+            t.role is Role.TEMP
+            and readers.get(name) == {main}
+            and all(isinstance(w.expr, Load | Const) and w.init_of is None for w in writers)
+            and any(isinstance(w.expr, Const) for w in writers)
+        ):
+            found += [w.name for w in writers]
+    return found
 
 
 def window_block(

@@ -13,7 +13,7 @@ from onnx import helper
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule, main_statement
+from polytile.poly.default import DefaultConfig, default_schedule, main_statement, padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
@@ -353,8 +353,12 @@ def test_a_padded_pool_input_is_copied_per_channel_tile_inside_the_parallel_loop
     )
     pads = [s.name for s in k.statements if s.name.endswith(("_pad", "_pad_border"))]
     assert len(pads) == 2 and all(k.statement[p].tensor.endswith("padded") for p in pads)
-    schedule = default_schedule(k, DefaultConfig(vector_width=16))
     main = main_statement(k)
+    assert sorted(padded_inputs(k, main.name)) == sorted(pads)
+    # a producer that computes (a fused ReLU before a sum) is no padded copy: left alone
+    fused = kernel("T[i, j] = max(A[i, j], 0)", "Y[i] += T[i, j]", A=(8, 16))
+    assert padded_inputs(fused, main_statement(fused).name) == []
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
     outer = schedule.loops_of(main.name)[0]
     assert outer.annotation == "parallel"
     for pad in pads:  # under the pool's own parallel loop
