@@ -97,6 +97,9 @@ class TaskState:
     reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
     #: built candidates by their decisions (mutations often revisit them)
     built: dict[str, Candidate] = field(default_factory=dict)
+    #: the cost model's features of built candidates by trace (a borrowed candidate is
+    #: ranked again every round until it is measured; a feature row costs isl work)
+    features: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def latency(self) -> float:
@@ -263,6 +266,7 @@ class Tuner:
         if key not in state.built:
             if len(state.built) >= BUILT_CACHE:  # schedules hold isl text: bound the memory
                 state.built.clear()
+                state.features.clear()
             state.built[key] = state.space.build(decisions)
         return state.built[key]
 
@@ -273,10 +277,10 @@ class Tuner:
         for other in self.states:
             if other is state or other.task.kind != state.task.kind:
                 continue
-            ranked = [m for m in other.measured if m.decisions is not None]
-            if not ranked:
+            measured = [m for m in other.measured if m.decisions is not None]
+            if not measured:
                 continue
-            best = min(ranked, key=lambda m: m.latency)
+            best = min(measured, key=lambda m: m.latency)
             if best.latency == float("inf"):
                 continue
             candidate = self._build(state, state.space.complete(best.decisions))
@@ -307,19 +311,30 @@ class Tuner:
             keys.add(key)
             found.append(candidate)
         if borrowed:
-            scores = self.model.predict_rows([trace_features(c.schedule) for c in borrowed])
+            scores = self.model.predict_rows(self._features(state, borrowed))
             order = [int(i) for i in np.argsort(-scores, kind="stable")]
             taken = [borrowed[i] for i in order[: min(BORROW, count - 1)]]
-            return [*taken, *self._ranked(found, count - len(taken))]
+            return [*taken, *self._ranked(state, found, count - len(taken))]
         if not evolutionary or len(found) <= count:
             return found[:count]
-        return self._ranked(found, count)
+        return self._ranked(state, found, count)
 
-    def _ranked(self, found: list[Candidate], count: int) -> list[Candidate]:
+    @staticmethod
+    def _features(state: TaskState, candidates: list[Candidate]) -> list[tuple[float, ...]]:
+        """The candidates' feature rows, each computed once while its build is kept."""
+        rows = []
+        for c in candidates:
+            key = trace_key(c.trace)
+            if key not in state.features:
+                state.features[key] = tuple(trace_features(c.schedule))
+            rows.append(state.features[key])
+        return rows
+
+    def _ranked(self, state: TaskState, found: list[Candidate], count: int) -> list[Candidate]:
         """The cost model's top `count` of `found`, less an epsilon share picked at random."""
         if len(found) <= count:
             return found
-        scores = self.model.predict_rows([trace_features(c.schedule) for c in found])
+        scores = self.model.predict_rows(self._features(state, found))
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         explore = round(self.epsilon * count)
         chosen = order[: count - explore]
@@ -402,7 +417,13 @@ class Tuner:
             else:
                 decisions, schedule = dict(candidate.decisions), candidate.schedule
             records.append(replace(record, decisions=decisions))
-            row = trace_features(schedule) if self.strategy == "evolutionary" else None
+            row = None
+            if self.strategy == "evolutionary":  # ranked candidates have theirs already
+                row = (
+                    self._features(state, [candidate])[0]
+                    if candidate is not None
+                    else tuple(trace_features(schedule))
+                )
             state.add(records[-1], decisions, row)
         self.records.append(records)
         if self.strategy == "evolutionary":

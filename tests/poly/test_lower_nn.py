@@ -385,8 +385,9 @@ def test_a_stride_one_pool_over_long_rows_reads_a_padded_copy(case: str, op: str
 
 
 def test_a_strided_or_short_pool_keeps_its_padding_in_the_domain() -> None:
-    """A stride-2 pool reads each input about twice (the copy lost 3-47% in Inception
-    v2), a 7-wide row runs scalar anyway: no padded copy for them."""
+    """A stride-2 pool reads each input about twice and a 7-wide row runs scalar anyway
+    (with the copy, most of Inception v2's such pools lost: `PAD_MIN_ROW`): no padded
+    copy for them."""
     for spec in (
         dict(x=(1, 2, 20, 20), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         dict(x=(1, 2, 7, 7), kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
