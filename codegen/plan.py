@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ALIGN = 64
+from polytile.poly.reference import BUFFER_ALIGN
+
+#: every offset in the arena (itself allocated at this alignment)
+ALIGN = BUFFER_ALIGN
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from polytile.codegen.jit import JitModule, Part, link_shared, linker, recompile
 from polytile.codegen.module import KernelCall
 from polytile.codegen.target import Target, host
 from polytile.errors import CodegenError, InputError, ModelError
+from polytile.poly.reference import aligned_block, aligned_empty
 
 FORMAT_VERSION = 1
 
@@ -180,16 +181,14 @@ class CompiledModel:
         stats: Any = None,
     ) -> None:
         self.manifest = manifest
-        self.constants = [np.ascontiguousarray(c) for c in constants]
+        self.constants = aligned_block(constants)
         self.target = target
         self.stats = stats
         self._jit = jit
         self._parts = list(parts)
         self._entry = _Entry(jit.address(manifest.entry))
         self._lock = threading.Lock()
-        self._arena_raw = np.empty(manifest.arena_bytes + 64, dtype=np.uint8)
-        pad = (-self._arena_raw.ctypes.data) % 64
-        self._arena = self._arena_raw[pad : pad + manifest.arena_bytes]
+        self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
             *[c.ctypes.data for c in self.constants]
         )
@@ -247,7 +246,7 @@ class CompiledModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for the given inputs (a dict name → array), in the model's order."""
         arrays = self._check(feeds)
-        outputs = [np.empty(s.shape, dtype=s.dtype) for s in self.manifest.outputs]
+        outputs = [aligned_empty(s.shape, s.dtype) for s in self.manifest.outputs]
         with self._lock:
             for i, a in enumerate(arrays):
                 self._inputs[i] = a.ctypes.data
@@ -314,7 +313,7 @@ class CompiledModel:
         if repeat < 1:
             raise InputError("profile: repeat must be at least 1")
         arrays = self._check(feeds if feeds is not None else self.random_inputs())
-        outputs = [np.empty(s.shape, dtype=s.dtype) for s in self.manifest.outputs]
+        outputs = [aligned_empty(s.shape, s.dtype) for s in self.manifest.outputs]
         tables = {
             "input": [a.ctypes.data for a in arrays],
             "output": [o.ctypes.data for o in outputs],
@@ -367,7 +366,8 @@ class CompiledModel:
         """A C-callable shared library exporting `polytile_run(inputs, outputs, constants,
         arena)` and `polytile_num_threads`; its constants are saved next to it as
         `<path>.npz` and the manifest (arena size, inputs, outputs) as `<path>.json`.
-        Needs a system linker."""
+        Any alignment of the buffers works; 64-byte aligned ones run fastest (as
+        `run` passes them). Needs a system linker."""
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "

@@ -16,7 +16,7 @@ from polytile.poly import transform as T
 from polytile.poly.default import DefaultConfig, default_schedule, main_statement, padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import run_program_order
+from polytile.poly.reference import BUFFER_ALIGN, run_program_order
 from polytile.poly.schedule import Loop, Schedule, initial_schedule
 
 
@@ -301,6 +301,25 @@ def test_build_and_benchmark_from_the_schedule_handle() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
     timing = sch.benchmark(inputs, repeat=3)
     assert len(timing.results) == 3 and timing.min > 0
+
+
+def test_a_kernel_runs_and_is_timed_on_buffers_aligned_to_a_cache_line() -> None:
+    """The tuner times candidates on these buffers: aligned like the compiled model's,
+    whatever the caller's arrays (a 16-byte-aligned view here) and the constant's."""
+    k = kernel("Y[i, j] = A[i, j] * W[j] + W[j]", A=(5, 7), W=np.arange(7, dtype=np.float32))
+    native = NativeKernel(default_schedule(k))
+    raw = np.zeros(5 * 7 + 16, dtype=np.float32)
+    start = next(i for i in range(16) if (raw.ctypes.data + 4 * i) % BUFFER_ALIGN == 16)
+    a = raw[start : start + 35].reshape(5, 7)
+    a[...] = np.arange(35).reshape(5, 7)
+    buffers = native.buffers({"A": a})
+    assert {n: b.ctypes.data % BUFFER_ALIGN for n, b in buffers.items()} == dict.fromkeys(
+        buffers, 0
+    )
+    native.run_on(buffers)
+    want = a * np.arange(7) + np.arange(7)
+    assert buffers["Y"].shape == want.shape and buffers["Y"].dtype == np.float32
+    np.testing.assert_array_equal(buffers["Y"], want)
 
 
 def test_accumulators_are_kept_in_registers_across_the_reduction() -> None:

@@ -4,6 +4,7 @@ feed validation, the ORT-compatible session, thread counts and the memory plan."
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import polytile as pt
 from polytile.codegen.jit import linker
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
 from polytile.errors import InputError, ModelError
+from polytile.poly.reference import aligned_block, aligned_empty
 
 RNG = np.random.default_rng(0)
 
@@ -100,6 +102,53 @@ def test_save_and_load_give_the_same_results(block, tmp_path: Path) -> None:
     np.testing.assert_array_equal(loaded.run(feeds)[0], compiled.run(feeds)[0])
     compiled.save(path)  # overwriting an artifact is allowed
     assert pt.load(path).output_names == ["y"]
+
+
+def test_every_buffer_a_compiled_model_passes_starts_on_a_cache_line(block, tmp_path: Path) -> None:
+    """Constants (the 160-byte `fc` among them), arena and outputs are 64-byte aligned,
+    also after loading: numpy's own 16-byte alignment makes vector loads span two lines."""
+    _, compiled = block
+    loaded = pt.load(compiled.save(tmp_path / "block.ptm"))
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    for model in (compiled, loaded):
+        assert len(model.constants) >= 3
+        assert [c.ctypes.data % ALIGN for c in model.constants] == [0] * len(model.constants)
+        assert model._arena.ctypes.data % ALIGN == 0
+        assert [o.ctypes.data % ALIGN for o in model.run(feeds)] == [0]
+        assert [o.ctypes.data % ALIGN for o in model.profile(feeds, repeat=1).outputs] == [0]
+    for mine, theirs in zip(loaded.constants, compiled.constants, strict=True):
+        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype
+        np.testing.assert_array_equal(mine, theirs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 7), max_size=3),
+            st.sampled_from(["float32", "float64", "int8", "bool", "int64", "float16"]),
+        ),
+        max_size=8,
+    )
+)
+def test_aligned_block_copies_each_array_to_its_own_aligned_place(specs: list) -> None:
+    """(An empty array has no data to align: numpy may give it any address.)"""
+    rng = np.random.default_rng(len(specs))
+    values = [rng.integers(0, 100, shape).astype(dtype) for shape, dtype in specs]
+    copies = aligned_block(values)
+    spans = []
+    for value, copy in zip(values, copies, strict=True):
+        assert copy.shape == value.shape and copy.dtype == value.dtype
+        assert copy.flags.c_contiguous and (copy.size == 0 or copy.ctypes.data % ALIGN == 0)
+        np.testing.assert_array_equal(copy, value)
+        if copy.size:
+            spans.append((copy.ctypes.data, copy.ctypes.data + copy.nbytes))
+    spans.sort()
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    for shape, dtype in specs:
+        empty = aligned_empty(tuple(shape), dtype)
+        assert empty.shape == tuple(shape) and empty.dtype == np.dtype(dtype)
+        assert empty.size == 0 or empty.ctypes.data % ALIGN == 0
 
 
 def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:
