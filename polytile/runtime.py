@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import shutil
 import statistics
@@ -30,6 +31,11 @@ from polytile.errors import CodegenError, InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 
 FORMAT_VERSION = 1
+
+#: outputs from this size on are allocated 64-byte aligned, like every other buffer.
+#: Aligning costs time per run: a one-element Relu model's run took 6.38 us aligning its
+#: output, 4.98 us not
+ALIGNED_OUTPUT_BYTES = 16384
 
 
 @dataclass(frozen=True)
@@ -246,7 +252,7 @@ class CompiledModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for the given inputs (a dict name → array), in the model's order."""
         arrays = self._check(feeds)
-        outputs = [aligned_empty(s.shape, s.dtype) for s in self.manifest.outputs]
+        outputs = self._new_outputs()
         with self._lock:
             for i, a in enumerate(arrays):
                 self._inputs[i] = a.ctypes.data
@@ -259,6 +265,16 @@ class CompiledModel:
                 self._arena.ctypes.data,
             )
         return self._with_copies(arrays, outputs)
+
+    def _new_outputs(self) -> list[np.ndarray]:
+        """Output arrays for one run, 64-byte aligned from `ALIGNED_OUTPUT_BYTES` on (a
+        small output's few stores lose less than aligning it costs)."""
+        return [
+            aligned_empty(s.shape, s.dtype)
+            if math.prod(s.shape) * np.dtype(s.dtype).itemsize >= ALIGNED_OUTPUT_BYTES
+            else np.empty(s.shape, dtype=s.dtype)
+            for s in self.manifest.outputs
+        ]
 
     def _with_copies(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> list[np.ndarray]:
         """The outputs with those no kernel writes filled in (copies of inputs, constants
@@ -313,7 +329,7 @@ class CompiledModel:
         if repeat < 1:
             raise InputError("profile: repeat must be at least 1")
         arrays = self._check(feeds if feeds is not None else self.random_inputs())
-        outputs = [aligned_empty(s.shape, s.dtype) for s in self.manifest.outputs]
+        outputs = self._new_outputs()
         tables = {
             "input": [a.ctypes.data for a in arrays],
             "output": [o.ctypes.data for o in outputs],

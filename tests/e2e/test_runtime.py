@@ -21,6 +21,7 @@ from polytile.codegen.jit import linker
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
+from polytile.runtime import ALIGNED_OUTPUT_BYTES
 
 RNG = np.random.default_rng(0)
 
@@ -105,20 +106,32 @@ def test_save_and_load_give_the_same_results(block, tmp_path: Path) -> None:
 
 
 def test_every_buffer_a_compiled_model_passes_starts_on_a_cache_line(block, tmp_path: Path) -> None:
-    """Constants (the 160-byte `fc` among them), arena and outputs are 64-byte aligned,
-    also after loading: numpy's own 16-byte alignment makes vector loads span two lines."""
+    """Constants (the 160-byte `fc` among them), arena and outputs of `ALIGNED_OUTPUT_BYTES`
+    and more are 64-byte aligned, also after loading: numpy's own 16-byte alignment makes
+    vector loads span two lines."""
     _, compiled = block
     loaded = pt.load(compiled.save(tmp_path / "block.ptm"))
-    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
     for model in (compiled, loaded):
         assert len(model.constants) >= 3
         assert [c.ctypes.data % ALIGN for c in model.constants] == [0] * len(model.constants)
         assert model._arena.ctypes.data % ALIGN == 0
-        assert [o.ctypes.data % ALIGN for o in model.run(feeds)] == [0]
-        assert [o.ctypes.data % ALIGN for o in model.profile(feeds, repeat=1).outputs] == [0]
     for mine, theirs in zip(loaded.constants, compiled.constants, strict=True):
         assert mine.shape == theirs.shape and mine.dtype == theirs.dtype
         np.testing.assert_array_equal(mine, theirs)
+    shape = [1, 4, ALIGNED_OUTPUT_BYTES // 16]  # float32: ALIGNED_OUTPUT_BYTES exactly
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "yz"],
+    )
+    wide = pt.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = RNG.standard_normal(shape).astype(np.float32)
+    for outputs in (wide.run({"x": x}), wide.profile({"x": x}, repeat=1).outputs):
+        assert [o.ctypes.data % ALIGN for o in outputs] == [0, 0]
+        assert [o.shape for o in outputs] == [tuple(shape)] * 2
+        np.testing.assert_array_equal(outputs[0], np.maximum(x, 0))
+        np.testing.assert_array_equal(outputs[1], -x)
 
 
 @settings(max_examples=40, deadline=None)
