@@ -21,9 +21,9 @@ from .kernel import Kernel, Role, Statement
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 #: byte alignment of every buffer polytile allocates: one cache line and one AVX-512
-#: vector. numpy's allocations are 16-byte aligned, so three in four 64-byte vector loads
-#: of a tensor would span two lines (Inception v1's 64->192 3x3 conv in the model: 2,553 us
-#: with its weights where numpy put them, 1,793 us 64-byte aligned, same code)
+#: vector. numpy aligns to 16 bytes: three in four tensors would start off a line, and
+#: every 64-byte vector load of them span two (Inception v1's 64->192 3x3 conv in the
+#: model: 2,553 us with its weights where numpy put them, 1,793 us aligned, same code)
 BUFFER_ALIGN = 64
 
 
