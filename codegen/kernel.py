@@ -8,7 +8,9 @@ The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
   load) runs lane by lane. A scalar loop finishes the iterations a full vector misses.
 - `unroll`: the body is emitted once per iteration when the trip count is a constant.
 - `parallel`: the loop body is outlined and run by `GOMP_parallel`; threads claim its
-  iterations in guided chunks from a shared counter.
+  iterations in guided chunks from a shared counter. Each iteration asks for its share
+  of the prefetch window (the model's next kernel's weights), one line per step of its
+  register-tile reductions (`window_step`).
 
 A reduction loop whose body only accumulates into addresses fixed while it runs keeps
 those accumulators in registers (`codegen.promote`): loaded before it, stored after it
@@ -123,6 +125,9 @@ class _Emitter(Accumulators):
         #: those inside the parallel loop), and the parallel loop's iterator and name
         self.enclosing: list[For] = []
         self.parallel: tuple[str, str, int] | None = None
+        #: inside a parallel loop's iteration: the prefetch window's start and the cells
+        #: of the iteration's next and end line (`window_step`)
+        self.prefetch: tuple[ir.Value, ir.Value, ir.Value] | None = None
         #: tensor → elements added to its offsets (a private temporary's slice)
         self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
@@ -386,12 +391,43 @@ class _Emitter(Accumulators):
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
         chunk_cond = Op("lt", (Var(node.var), Var(STOP)))
-        body = self.body_of(node)
+        inner = self.body_of(node)
+        window = self.mc.prefetch_window()
+        with b.goto_entry_block():
+            cursor = b.alloca(I64, name="prefetch.next")
+            limit = b.alloca(I64, name="prefetch.end")
+        at = b.load(window[0], typ=PTR)
+        lines = b.load(window[1], typ=I64)
+        self.prefetch = (at, cursor, limit)
+
+        def body(scope: Env) -> None:
+            # this iteration's share of the window, asked for along its reductions
+            index = b.sdiv(b.sub(scope[node.var], lo), ir.Constant(I64, inc))
+            b.store(b.sdiv(b.mul(index, lines), count), cursor)
+            b.store(b.sdiv(b.mul(b.add(index, ir.Constant(I64, 1)), lines), count), limit)
+            inner(scope)
+
         scope = {**env, STOP: stop, THREAD: thread}
         self.parallel = (node.var, node.loop, inc)
         self.serial_loop(node, scope, start, chunk_cond, 1, body)
         b.branch(claim)
         b.position_at_end(done)
+
+    def window_step(self) -> None:
+        """One line of the enclosing parallel iteration's prefetch share, while lines are
+        left (branch-free: past its share an iteration asks for the line after it, which
+        a prefetch may, and an empty window for its start, a valid line)."""
+        assert self.prefetch is not None
+        b = self.b
+        at, cursor, limit = self.prefetch
+        line = b.load(cursor, typ=I64)
+        end = b.load(limit, typ=I64)
+        left = b.icmp_signed("<", line, end)
+        ptr = b.gep(at, [b.mul(line, ir.Constant(I64, 64))], source_etype=ir.IntType(8))
+        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        # a read, to the outer caches (locality 1), of data
+        b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 1), ir.Constant(I32, 1)])
+        b.store(b.add(line, b.zext(left, I64)), cursor)
 
     # --- vector loops -----------------------------------------------------------------
     def vector_lanes(self, node: For) -> int | None:

@@ -24,6 +24,11 @@ PTR = ir.PointerType()
 VOID = ir.VoidType()
 #: the module global that holds the thread count parallel loops use
 NUM_THREADS = "polytile_num_threads"
+#: the bytes a kernel's parallel iterations ask the cache for while they run (the next
+#: kernel's weights, set by the model's entry before each call; none outside a model)
+PREFETCH_AT = "polytile_prefetch_at"
+PREFETCH_LINES = "polytile_prefetch_lines"
+PREFETCH_IDLE = "polytile_prefetch_idle"
 
 _FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}
 
@@ -97,6 +102,24 @@ class ModuleContext:
             if self.defines_runtime:
                 found.initializer = ir.Constant(I32, 1)
         return found
+
+    def prefetch_window(self) -> tuple[ir.GlobalVariable, ir.GlobalVariable]:
+        """The start and the cache lines of what parallel iterations prefetch. An empty
+        window starts at a line of its own (the kernels keep asking for its start)."""
+        found = []
+        for name, ty in ((PREFETCH_AT, PTR), (PREFETCH_LINES, I64)):
+            var = self.module.globals.get(name)
+            if var is None:
+                var = ir.GlobalVariable(self.module, ty, name=name)
+                if self.defines_runtime and ty is PTR:
+                    idle = ir.GlobalVariable(self.module, ir.ArrayType(I64, 8), PREFETCH_IDLE)
+                    idle.initializer = ir.Constant(idle.value_type, None)
+                    idle.align = 64
+                    var.initializer = idle
+                elif self.defines_runtime:
+                    var.initializer = ir.Constant(ty, None)
+            found.append(var)
+        return found[0], found[1]
 
     def run_parallel(self, b: ir.IRBuilder, body: ir.Function, data: ir.Value) -> None:
         """Run body(data) on the configured threads through libgomp's `GOMP_parallel`

@@ -111,6 +111,8 @@ class Accumulators:
     promotion: Promotion | None
     enclosing: list[For]
     parallel: tuple[str, str, int] | None
+    prefetch: tuple[ir.Value, ir.Value, ir.Value] | None
+    window_step: Callable[[], None]
 
     def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
         """The loop with its accumulators in registers (and partial sums)."""
@@ -121,7 +123,13 @@ class Accumulators:
         promotion.pre = pre
         self.promotion = promotion
         parts = self.partial_sums(node, promotion)
-        body = self.body_of(node)
+        inner = self.body_of(node)
+
+        def body(scope: Env) -> None:
+            if self.prefetch is not None:
+                self.window_step()
+            inner(scope)
+
         try:
             start = self.int(node.init, env)
             if parts > 1:

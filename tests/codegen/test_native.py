@@ -4,6 +4,8 @@ reference's outputs (shape and dtype first, then values)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -536,6 +538,34 @@ def test_a_reduction_with_few_accumulators_keeps_partial_sums(dtype: str, depth:
     check(schedule, inputs_for(peak))
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_parallel_reduction_asks_for_its_share_of_the_prefetch_window(parallel: bool) -> None:
+    """Each parallel iteration's promoted reduction asks for one line of the window (the
+    next kernel's weights, locality 1) per step; a serial nest asks for none. Outside a
+    model the window is empty (a line of its own) and values match the reference."""
+    weights = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, 64), W=weights)
+    steps = [
+        ("split", {"loop": "i", "factors": (None, 16)}),
+        ("reorder", {"order": ("i0", "k", "j", "i1")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "i1"}),
+        ("unroll", {"loop": "j"}),
+    ]
+    if parallel:
+        steps.append(("parallel", {"loop": "i0"}))
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    native = NativeKernel(schedule)
+    text = native.ir.replace('"', "")
+    window = re.findall(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)", text)
+    # one per promoted reduction loop (each piece of it isl emits)
+    assert (len(window) >= 1) is parallel
+    inputs = inputs_for(k)
+    got = native(inputs)["Y"]
+    assert got.shape == (4, 64) and got.dtype == np.float32
+    np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("depth", "pack", "parallel", "fetched"),
     [
@@ -566,7 +596,11 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
     if parallel:
         steps.append(("parallel", {"loop": "i0"}))
     schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
-    assert ("@llvm.prefetch" in NativeKernel(schedule).ir.replace('"', "")) is fetched
+    # (locality 2: the next iteration's weights; the prefetch window asks with 1)
+    ir_text = NativeKernel(schedule).ir.replace('"', "")
+    assert (
+        bool(re.search(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 2, i32 1\)", ir_text)) is fetched
+    )
     inputs = inputs_for(k)
     got = NativeKernel(schedule)(inputs)["Y"]
     assert got.shape == (4, 64) and got.dtype == np.float32

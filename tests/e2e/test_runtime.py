@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
 from polytile.codegen.jit import linker
+from polytile.codegen.module import (
+    PREFETCH_MIN_BYTES,
+    KernelCall,
+    Slot,
+    add_entry,
+    new_module,
+    prefetch_targets,
+)
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
+from polytile.codegen.target import host
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -162,6 +172,27 @@ def test_aligned_block_copies_each_array_to_its_own_aligned_place(specs: list) -
         empty = aligned_empty(tuple(shape), dtype)
         assert empty.shape == tuple(shape) and empty.dtype == np.dtype(dtype)
         assert empty.size == 0 or empty.ctypes.data % ALIGN == 0
+
+
+def test_each_call_fetches_the_next_calls_largest_constant_ahead() -> None:
+    """The entry points the prefetch window at the next call's largest constant before
+    each call (none before the last, nor for constants under `PREFETCH_MIN_BYTES`) and
+    empties it at the end."""
+    big, mid, small = 4 * PREFETCH_MIN_BYTES, 2 * PREFETCH_MIN_BYTES, PREFETCH_MIN_BYTES - 64
+    calls = [
+        KernelCall("f", (Slot("arena", 0), Slot("constant", 0), Slot("constant", 1))),
+        KernelCall("g", (Slot("constant", 1), Slot("constant", 2), Slot("arena", 64))),
+        KernelCall("h", (Slot("constant", 3), Slot("arena", 0))),
+        KernelCall("k", (Slot("arena", 0),)),
+        KernelCall("f", (Slot("arena", 0), Slot("constant", 0), Slot("constant", 1))),
+    ]
+    sizes = [mid, mid // 2, big, small]
+    assert prefetch_targets(calls, sizes) == [2, None, None, 0, None]
+    mc = new_module("m", host())
+    add_entry(mc, "entry", calls, {"f": 3, "g": 3, "h": 2, "k": 1}, sizes)
+    text = str(mc.module)
+    lines = re.findall(r"store i64 (\d+), [^@,]*@\"?polytile_prefetch_lines", text)
+    assert lines == [str(big // 64), "0", "0", str(mid // 64), "0", "0"]
 
 
 def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:
