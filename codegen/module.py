@@ -148,7 +148,7 @@ def prefetch_targets(
     schedules 1.118 instead of 1.205×). Asked for all at once per parallel iteration
     instead of a line per step, the lines gained nothing (dropped requests, likely)."""
     found: list[int | None] = []
-    for after in [*calls[1:], None]:
+    for after in [*calls[1:], None][: len(calls)]:
         sizes = (
             []
             if after is None
