@@ -413,22 +413,6 @@ class _Emitter(Accumulators):
         b.branch(claim)
         b.position_at_end(done)
 
-    def window_step(self) -> None:
-        """One line of the enclosing parallel iteration's prefetch share, while lines are
-        left (branch-free: past its share an iteration asks for the line after it, which
-        a prefetch may, and an empty window for its start, a valid line)."""
-        assert self.prefetch is not None
-        b = self.b
-        at, cursor, limit = self.prefetch
-        line = b.load(cursor, typ=I64)
-        end = b.load(limit, typ=I64)
-        left = b.icmp_signed("<", line, end)
-        ptr = b.gep(at, [b.mul(line, ir.Constant(I64, 64))], source_etype=ir.IntType(8))
-        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        # a read, to the outer caches (locality 1), of data
-        b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 1), ir.Constant(I32, 1)])
-        b.store(b.add(line, b.zext(left, I64)), cursor)
-
     # --- vector loops -----------------------------------------------------------------
     def vector_lanes(self, node: For) -> int | None:
         """Lanes of a vector loop: one register of the narrowest type, fewer when the

@@ -106,20 +106,20 @@ class ModuleContext:
     def prefetch_window(self) -> tuple[ir.GlobalVariable, ir.GlobalVariable]:
         """The start and the cache lines of what parallel iterations prefetch. An empty
         window starts at a line of its own (the kernels keep asking for its start)."""
-        found = []
-        for name, ty in ((PREFETCH_AT, PTR), (PREFETCH_LINES, I64)):
-            var = self.module.globals.get(name)
-            if var is None:
-                var = ir.GlobalVariable(self.module, ty, name=name)
-                if self.defines_runtime and ty is PTR:
-                    idle = ir.GlobalVariable(self.module, ir.ArrayType(I64, 8), PREFETCH_IDLE)
-                    idle.initializer = ir.Constant(idle.value_type, None)
-                    idle.align = 64
-                    var.initializer = idle
-                elif self.defines_runtime:
-                    var.initializer = ir.Constant(ty, None)
-            found.append(var)
-        return found[0], found[1]
+        at = self.module.globals.get(PREFETCH_AT)
+        if at is None:
+            at = ir.GlobalVariable(self.module, PTR, name=PREFETCH_AT)
+            if self.defines_runtime:
+                idle = ir.GlobalVariable(self.module, ir.ArrayType(I64, 8), PREFETCH_IDLE)
+                idle.initializer = ir.Constant(idle.value_type, None)
+                idle.align = 64
+                at.initializer = idle
+        lines = self.module.globals.get(PREFETCH_LINES)
+        if lines is None:
+            lines = ir.GlobalVariable(self.module, I64, name=PREFETCH_LINES)
+            if self.defines_runtime:
+                lines.initializer = ir.Constant(I64, 0)
+        return at, lines
 
     def run_parallel(self, b: ir.IRBuilder, body: ir.Function, data: ir.Value) -> None:
         """Run body(data) on the configured threads through libgomp's `GOMP_parallel`

@@ -147,16 +147,15 @@ def prefetch_targets(
     window the model 0.977 instead of 1.016× onnxruntime's time (tuned; default
     schedules 1.118 instead of 1.205×). Asked for all at once per parallel iteration
     instead of a line per step, the lines gained nothing (dropped requests, likely)."""
-    found: list[int | None] = []
-    for after in [*calls[1:], None][: len(calls)]:
-        sizes = (
-            []
-            if after is None
-            else [
-                (constant_bytes[s.index], s.index)
-                for s in after.args
-                if s.kind == "constant" and s.index < len(constant_bytes)
-            ]
-        )
-        found.append(max(sizes)[1] if sizes and max(sizes)[0] >= PREFETCH_MIN_BYTES else None)
-    return found
+
+    def target(call: KernelCall) -> int | None:
+        sizes = [
+            (constant_bytes[s.index], s.index)
+            for s in call.args
+            if s.kind == "constant" and s.index < len(constant_bytes)
+        ]
+        size, index = max(sizes, default=(0, None))
+        return index if size >= PREFETCH_MIN_BYTES else None
+
+    # the last call prefetches nothing
+    return [target(after) for after in calls[1:]] + [None] * min(1, len(calls))
