@@ -230,8 +230,8 @@ def test_thread_counts_agree() -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3, 5, 9])
 @pytest.mark.parametrize("rows", [1, 7, 130])
 def test_threads_claim_every_iteration_of_a_parallel_loop_once(threads: int, rows: int) -> None:
-    """Guided chunks from a shared counter: every row is computed whatever the number
-    of threads against iterations (the output starts as NaN, so a skipped row shows)."""
+    """Each thread's share of the rows: every row is computed whatever the number of
+    threads against iterations (the output starts as NaN, so a skipped row shows)."""
     k = kernel("Y[i, j] = A[i, j] * 2 + 1", A=(rows, 5))
     native = NativeKernel(T.parallel(initial_schedule(k), "i"))
     native.set_threads(threads)

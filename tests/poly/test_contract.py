@@ -99,6 +99,27 @@ def test_a_private_temporary_lives_in_one_slice_per_thread(threads: int) -> None
 
 
 @pytest.mark.parametrize(
+    ("threads", "last_rows"),
+    [(2, [[4, 5, 6, 7], [12, 9, 10, 11]]), (3, [[0, 1, 2, 3], [4, 5, 6, 7], [12, 9, 10, 11]])],
+)
+def test_each_thread_runs_one_contiguous_share_of_the_parallel_loop(
+    threads: int, last_rows: list[list[int]]
+) -> None:
+    """Thread t of n runs row blocks [t·4/n, (t+1)·4/n) of the four, so its slice of Y
+    ends up holding the last block of its share (the one-row last block leaves the three
+    rows of the block before it). Guided chunks handed out blocks in arrival order."""
+    inputs = {
+        "A": np.random.default_rng(0).standard_normal((13, 9)).astype(np.float32),
+        "B": np.random.default_rng(1).standard_normal((9, 37)).astype(np.float32),
+    }
+    product = inputs["A"] @ inputs["B"]
+    pieces = run_with_nan(blocked(), inputs, threads, "Y")
+    assert len(pieces) == threads
+    for piece, rows in zip(pieces, last_rows, strict=True):
+        np.testing.assert_allclose(piece.reshape(4, 37), product[rows], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
     "origin",
     [
         "25088v",
