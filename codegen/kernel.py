@@ -354,12 +354,13 @@ class _Emitter(Accumulators):
         return True
 
     def chunks(self, node: For, env: Env, bound: AstExpr) -> None:
-        """Static shares: thread t of n runs iterations [t·N/n, (t+1)·N/n). Each thread
-        meets the same part of the data in every run and, where consecutive kernels split
-        alike, the part it wrote itself, and no thread waits on a shared counter. In the
-        2-vCPU host's slow state (two-thread speed-up 1.6-1.7 instead of 1.9) guided
-        chunks from a shared counter made the tuned ResNet-50 3-4% slower (1.09 against
-        1.045-1.056x onnxruntime, same turns); in its fast state they tie (0.98x)."""
+        """Static shares: thread t of n runs iterations [t·N/n, (t+1)·N/n), so each
+        thread meets the same part of the data in every run (where consecutive kernels
+        split alike, the part it wrote itself) and none waits on a shared counter. The
+        price: a thread the machine delays holds the others at the join. Guided chunks
+        from a shared counter, which balance that, made the tuned ResNet-50 3-4% slower
+        in the 2-vCPU host's slow state (two-thread speed-up 1.6-1.7 instead of 1.9:
+        1.09 against 1.045-1.056x onnxruntime, same turns) and tied in its fast state."""
         b = self.b
         lo = self.int(node.init, env)
         hi = self.int(bound, env)
