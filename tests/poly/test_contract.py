@@ -30,6 +30,13 @@ def blocked() -> Schedule:
     return default_schedule(MM_RELU, config)
 
 
+def mm_relu_inputs() -> dict[str, np.ndarray]:
+    return {
+        "A": np.random.default_rng(0).standard_normal((13, 9)).astype(np.float32),
+        "B": np.random.default_rng(1).standard_normal((9, 37)).astype(np.float32),
+    }
+
+
 def run_with_nan(
     schedule: Schedule, inputs: dict[str, np.ndarray], threads: int, temporary: str
 ) -> list[np.ndarray]:
@@ -90,10 +97,7 @@ def test_a_private_temporary_lives_in_one_slice_per_thread(threads: int) -> None
     """The code matches the reference on 1, 2 and 7 threads (more than the buffer's three
     slices: the threads past them take no iterations), and it writes only the slices of
     the threads that ran, where the full-size storage wrote every element."""
-    inputs = {
-        "A": np.random.default_rng(0).standard_normal((13, 9)).astype(np.float32),
-        "B": np.random.default_rng(1).standard_normal((9, 37)).astype(np.float32),
-    }
+    inputs = mm_relu_inputs()
     for piece in run_with_nan(blocked(), inputs, threads, "Y"):
         assert not np.isnan(piece).any()  # whole slices
 
@@ -108,10 +112,7 @@ def test_each_thread_runs_one_contiguous_share_of_the_parallel_loop(
     """Thread t of n runs row blocks [t·4/n, (t+1)·4/n) of the four, so its slice of Y
     ends up holding the last block of its share (the one-row last block leaves the three
     rows of the block before it). Guided chunks handed out blocks in arrival order."""
-    inputs = {
-        "A": np.random.default_rng(0).standard_normal((13, 9)).astype(np.float32),
-        "B": np.random.default_rng(1).standard_normal((9, 37)).astype(np.float32),
-    }
+    inputs = mm_relu_inputs()
     product = inputs["A"] @ inputs["B"]
     pieces = run_with_nan(blocked(), inputs, threads, "Y")
     assert len(pieces) == threads
