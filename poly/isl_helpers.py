@@ -226,6 +226,24 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
     return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
 
 
+def varies_with(region: isl.Set, outer: isl.Set) -> bool:
+    """Whether the inner loop values in `region` (over an outer loop's prefix values, then
+    inner loops', the last one kept) change with the outer loop's own value (the last dim
+    of `outer`): the border tiles of a padded window leave different rows partial."""
+    depth = outer.dim(isl.dim_type.set)
+    last = region.dim(isl.dim_type.set) - 1
+    pair = region.project_out(isl.dim_type.set, depth, last - depth)
+    spread = pair.eliminate(isl.dim_type.set, depth - 1, 1).intersect(extend_dims(outer, 1))
+    return not spread.is_subset(pair)
+
+
+def first_values(s: isl.Set) -> isl.Set:
+    """The points of `s` with the smallest last dim for each value of the others."""
+    depth = s.dim(isl.dim_type.set) - 1
+    by_outer = isl.Map.from_range(s).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, depth)
+    return by_outer.lexmin().wrap().flatten()
+
+
 def extend_dims(s: isl.Set, count: int) -> isl.Set:
     """The set with `count` unconstrained dims appended (an outer loop's region seen
     from a loop nested in it)."""

@@ -1,6 +1,8 @@
 """Partial tiles: where a tile's extent does not divide its loop, the last tile runs the
-loops inside it fewer times. Codegen wants constant trip counts for vector and unrolled
-loops, so the AST generator emits full tiles apart from partial ones, and the default
+loops inside it fewer times (and at a padded window's border, the loops inside its
+unrolled rows). Codegen wants constant trip counts for vector and unrolled loops and
+the loops inside them, so the AST generator emits full tiles apart from partial ones
+(and border tiles apart from the middle ones), and the default
 schedule avoids fusing a loop with partial tiles into a parallel loop (isl then needs
 modulo arithmetic and guards inside the vector loops)."""
 
@@ -26,8 +28,10 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     `isolate` option on the outermost serial loop whose values decide the trip count
     makes it emit the full tiles, where every such count is constant, and the rest
     after them. An inner serial loop is isolated too when partial tiles remain inside
-    an outer loop's full tiles (a tail in both `i` and `j`). Parallel loops are left
-    whole (one outlined loop per thread team)."""
+    an outer loop's full tiles (a tail in both `i` and `j`). A padded window's border
+    tiles (`_window_border`) are set apart the same way: the middle tiles isolated, or
+    the first where there is no middle, and the rest emitted piece by piece (isl's
+    `separate`). Parallel loops are left whole (one outlined loop per thread team)."""
     bands = _bands(tree)
     domain = tree.get_domain()
     isolated: list[tuple[Path, isl.Set]] = []
@@ -39,20 +43,54 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             continue
         band = _at(tree, path)
         outer = _prefix(band, domain)
+        whole = isl.Set.from_union_set(outer.range())
+        region = whole
         partial = _partial(tree, outer, inner)
-        if partial is None or ih.has_divs(partial):
-            # no partial tile, or partial tiles of a loop fused through a modulo: isolating
-            # those multiplies isl's pieces (and the AST check's work) for little gain
-            continue
-        if any(_below(path, above) and _split_off(full, partial) for above, full in isolated):
-            continue
-        region = isl.Set.from_union_set(outer.range()).subtract(partial)
-        if region.is_empty():
+        # partial tiles of a loop fused through a modulo stay: isolating those multiplies
+        # isl's pieces (and the AST check's work) for little gain
+        if (
+            partial is not None
+            and not ih.has_divs(partial)
+            and not any(
+                _below(path, above) and _split_off(full, partial) for above, full in isolated
+            )
+        ):
+            region = region.subtract(partial)
+        border = _window_border(tree, path, bands, domain, whole)
+        if border is not None:
+            interior = region.subtract(border)
+            region = interior if not interior.is_empty() else ih.first_values(region)
+        if region.is_equal(whole) or region.is_empty():
             continue
         option = ih.isolate_option(region.coalesce(), band.get_schedule_depth())
-        tree = band.band_set_ast_build_options(option).get_schedule()
+        band = band.band_set_ast_build_options(option)
+        if border is not None:
+            band = band.band_member_set_ast_loop_type(0, isl.ast_loop_type.separate)
+        tree = band.get_schedule()
         isolated.append((path, region))
     return tree
+
+
+def _window_border(
+    tree: isl.Schedule,
+    path: Path,
+    bands: list[tuple[Path, str, str]],
+    domain: isl.UnionSet,
+    whole: isl.Set,
+) -> isl.Set | None:
+    """The values of the band at `path` (with its outer loops') whose tiles hold an
+    unrolled copy of a loop whose inner loops run fewer times, where which copies do
+    changes with the band's value: a padded window's border tiles, whose unrolled rows
+    keep window column (kw) bounds like `max(0, 1 - 14 * ow0 - ow1)` in one code path for
+    every tile; apart, each copy's bounds are constants. None when there are none."""
+    depth = whole.dim(isl.dim_type.set)
+    for unrolled in (p for p, _, a in bands if a == "unroll" and _below(p, path)):
+        inner = [p for p, _, _ in bands if _below(p, unrolled)]
+        region = _partial(tree, _prefix(_at(tree, unrolled), domain), inner)
+        if region is not None and not ih.has_divs(region) and ih.varies_with(region, whole):
+            last = region.dim(isl.dim_type.set)
+            return region.project_out(isl.dim_type.set, depth, last - depth)
+    return None
 
 
 def _split_off(full: isl.Set, partial: isl.Set) -> bool:
