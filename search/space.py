@@ -50,6 +50,7 @@ from polytile.poly.default import (
     narrow_vector,
     pack_weights,
     parallelize_outer,
+    row_vectors,
     tiles_first,
     vectorize_innermost,
     window_block,
@@ -229,8 +230,7 @@ class SearchSpace:
         elif self.main.reduction and self.spatial:
             vec = self.spatial[-1]
             extent = self.extent[vec]
-            if extent % (2 * self.lanes) == 0 and extent >= 4 * self.lanes:
-                d["vec"] = 2 * self.lanes
+            d["vec"] = row_vectors(extent, self.lanes) * self.lanes
             if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
                 d["vec_loop"] = None
             reduce_extents = [self.extent[r] for r in self.reduce]

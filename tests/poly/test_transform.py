@@ -24,6 +24,7 @@ from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
 from polytile.poly.schedule import Schedule, initial_schedule
+from polytile.search.space import SearchSpace
 
 from kernels import mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
 
@@ -190,6 +191,20 @@ def test_default_matmul_schedule_is_register_blocked() -> None:
     } <= set(kinds)
     loops = [(lp.name, lp.annotation) for lp in schedule.loops_of("Y")]
     assert loops[-1][1] == "vector" and loops[0][1] == "parallel"
+
+
+@pytest.mark.parametrize(("columns", "lanes"), [(64, 16), (40, 16), (24, 8)])
+def test_default_rows_hold_two_vectors_where_the_row_has_four(columns: int, lanes: int) -> None:
+    """Two vectors a row (of 8 lanes) wherever the row holds four or more, also when
+    they do not divide it (40 columns: two full tiles of 16 and a tail of 8, emitted
+    apart); one where it is shorter. Each matches the reference."""
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    schedule = default_schedule(mm_relu(16, columns, 32), config)
+    (vector,) = [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "vector"]
+    assert T.loop_extent(schedule, vector) == lanes
+    space = SearchSpace(schedule.kernel, lanes=8, threads=2)
+    assert space.default_decisions()["vec"] == lanes
+    assert_equivalent(schedule)
 
 
 @pytest.mark.parametrize(("cache_bytes", "first"), [(1 << 20, "i0"), (4096, "j0")])
