@@ -227,9 +227,10 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
 
 
 def varies_with(region: isl.Set, outer: isl.Set) -> bool:
-    """Whether the inner loop values in `region` (over an outer loop's prefix values, then
-    inner loops', the last one kept) change with the outer loop's own value (the last dim
-    of `outer`): the border tiles of a padded window leave different rows partial."""
+    """Whether which values of its last dim `region` holds changes with the value of a
+    loop, the loops outside it fixed. `region`'s dims are the loop's prefix (`outer`'s
+    dims, the loop last), inner loops', then the dim asked about: a padded window's first
+    tile leaves its first unrolled rows partial and its last tile its last rows."""
     depth = outer.dim(isl.dim_type.set)
     last = region.dim(isl.dim_type.set) - 1
     pair = region.project_out(isl.dim_type.set, depth, last - depth)
