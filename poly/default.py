@@ -415,7 +415,7 @@ def _conv_plan(
     # register of channels a row, and twice the rows, keeps them in registers, as the
     # tuner's best records choose for most such convs (a call in the model, two registers
     # by 8 rows against one by 16: AlexNet's grouped 5x5 conv 4.4 -> 0.8 ms, ResNet-50's
-    # stem 0.67 -> 0.47 ms, its 3x3 convs 0.47-0.52 -> 0.43-0.47 ms)
+    # stem 0.67 -> 0.47 ms, its 3x3 convs 0.45-0.69 -> 0.43-0.59 ms)
     window = padded and bool(moving_reductions(main, reduce, dim_of, row))
     widths = (lanes, lanes // 2) if window else (2 * lanes, lanes, lanes // 2)
     rows = config.vector_registers // 2 if window else 2 * config.register_block
@@ -485,9 +485,10 @@ def _row_block(extent: int, largest: int, *, divisors: bool = True) -> int:
     ran 0.52 ms a call in the model with 16 rows against 0.60 ms with 14."""
     if extent <= largest + largest // 2:
         return extent
-    for size in range(largest, largest // 2 - 1, -1) if divisors else ():
-        if extent % size == 0:
-            return size
+    if divisors:
+        for size in range(largest, largest // 2 - 1, -1):
+            if extent % size == 0:
+                return size
     return largest
 
 

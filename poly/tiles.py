@@ -34,6 +34,7 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     `separate`). Parallel loops are left whole (one outlined loop per thread team)."""
     bands = _bands(tree)
     domain = tree.get_domain()
+    rows = _partial_rows(tree, bands, domain)
     isolated: list[tuple[Path, isl.Set]] = []
     for path, _loop, annotation in bands:
         if annotation:
@@ -56,7 +57,7 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             )
         ):
             region = region.subtract(partial)
-        border = _window_border(tree, path, bands, domain, whole)
+        border = _window_border(path, rows, whole)
         if border is not None:
             interior = region.subtract(border)
             region = interior if not interior.is_empty() else ih.first_values(region)
@@ -71,23 +72,32 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     return tree
 
 
-def _window_border(
-    tree: isl.Schedule,
-    path: Path,
-    bands: list[tuple[Path, str, str]],
-    domain: isl.UnionSet,
-    whole: isl.Set,
-) -> isl.Set | None:
-    """The values of the band at `path` (with its outer loops') whose tiles hold an
-    unrolled copy of a loop whose inner loops run fewer times, where which copies do
-    changes with the band's value: a padded window's border tiles, whose unrolled rows
-    keep window column (kw) bounds like `max(0, 1 - 14 * ow0 - ow1)` in one code path for
-    every tile; apart, each copy's bounds are constants. None when there are none."""
+def _partial_rows(
+    tree: isl.Schedule, bands: list[tuple[Path, str, str]], domain: isl.UnionSet
+) -> list[tuple[Path, isl.Set]]:
+    """Each unrolled loop whose inner loops run fewer times somewhere, with where (its
+    prefix values): worked out once, for every loop above it to look at."""
+    found = []
+    for path, _, annotation in bands:
+        if annotation != "unroll":
+            continue
+        inner = [p for p, _, _ in bands if _below(p, path)]
+        region = _partial(tree, _prefix(_at(tree, path), domain), inner)
+        if region is not None and not ih.has_divs(region):
+            found.append((path, region))
+    return found
+
+
+def _window_border(path: Path, rows: list[tuple[Path, isl.Set]], whole: isl.Set) -> isl.Set | None:
+    """The values of the band at `path` (with its outer loops', `whole`) whose tiles hold
+    an unrolled copy of a loop whose inner loops run fewer times (`rows`), where which
+    copies do changes with the band's value: a padded window's border tiles, whose
+    unrolled rows keep window column (kw) bounds like `max(0, 1 - 14 * ow0 - ow1)` in one
+    code path for every tile; apart, each copy's bounds are constants. None when there
+    are none."""
     depth = whole.dim(isl.dim_type.set)
-    for unrolled in (p for p, _, a in bands if a == "unroll" and _below(p, path)):
-        inner = [p for p, _, _ in bands if _below(p, unrolled)]
-        region = _partial(tree, _prefix(_at(tree, unrolled), domain), inner)
-        if region is not None and not ih.has_divs(region) and ih.varies_with(region, whole):
+    for unrolled, region in rows:
+        if _below(unrolled, path) and ih.varies_with(region, whole):
             last = region.dim(isl.dim_type.set)
             return region.project_out(isl.dim_type.set, depth, last - depth)
     return None

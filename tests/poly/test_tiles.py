@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from polytile.codegen.ast_facts import vars_of
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import isl_helpers as ih
@@ -81,15 +82,6 @@ def test_full_tiles_are_generated_apart_with_constant_trip_counts() -> None:
     check_outputs(schedule)
 
 
-def names_in(expr: object) -> set[str]:
-    """The iterators an AST expression reads."""
-    if isinstance(expr, Var):
-        return {expr.name}
-    if isinstance(expr, Op):
-        return set().union(*(names_in(a) for a in expr.args))
-    return set()
-
-
 @pytest.mark.parametrize(("width", "pieces"), [(28, 2), (56, 3), (44, 3)])
 def test_a_padded_windows_border_tiles_are_generated_apart(width: int, pieces: int) -> None:
     """A padded 3-wide window under an unrolled row block of 14: the window columns' range
@@ -115,7 +107,7 @@ def test_a_padded_windows_border_tiles_are_generated_apart(width: int, pieces: i
     # the first tile, the middle ones (56: tiles 1-2; 44: 1-2), the last (44: a tail of 2)
     assert len(windows) == pieces
     for loop in windows:
-        assert names_in(loop.init) | names_in(loop.cond) <= {f"{ow}1", kw}
+        assert vars_of(loop.init) | vars_of(loop.cond) <= {f"{ow}1", kw}
     inputs = random_inputs(conv)
     want = run_program_order(conv, inputs)
     for got in (run_schedule(schedule, inputs), NativeKernel(schedule)(inputs)):
