@@ -27,7 +27,8 @@ from polytile.codegen.jit import JitModule, compile_part, finalize
 from polytile.codegen.kernel import emit_kernel
 from polytile.codegen.module import new_module
 from polytile.codegen.target import host
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.compiler import default_config
+from polytile.poly.default import default_schedule
 from polytile.poly.dsl import kernel
 
 RESULTS = Path(__file__).parent / "results"
@@ -52,8 +53,7 @@ def bench(n: int, repeat: int) -> dict[str, object]:
 
     target = host()
     k = kernel("C[i, j] += A[i, k] * B[k, j]", A=(n, n), B=(n, n))
-    config = DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
-    schedule = default_schedule(k, config)
+    schedule = default_schedule(k, default_config(target))
     mc = new_module("gemm", target)
     fn = emit_kernel(mc, schedule, "gemm")
     start = time.perf_counter()

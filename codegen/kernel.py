@@ -59,14 +59,17 @@ class KernelFunction:
     params: tuple[str, ...]
 
 
-def emit_kernel(mc: ModuleContext, schedule: Schedule, name: str) -> KernelFunction:
+def emit_kernel(
+    mc: ModuleContext, schedule: Schedule, name: str, ast: AstNode | None = None
+) -> KernelFunction:
+    """The kernel's function in `mc`, from `ast` (the schedule's AST, built when None)."""
     kernel = schedule.kernel
     params = tuple(kernel.tensors)
     fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * len(params)), name=name)
     for arg in fn.args:
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
-    ast = build_ast(schedule)
+    ast = ast if ast is not None else build_ast(schedule)
     shared = _Shared()
     for private in private_temporaries(schedule, ast):
         # fewer slices than threads would leave threads idle: keep the full storage

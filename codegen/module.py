@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from polytile.poly.ast import AstNode
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.schedule import Schedule
 
@@ -75,15 +76,19 @@ def runtime_module(target: Target) -> ModuleContext:
 
 
 def kernel_module(
-    schedule: Schedule, name: str, target: Target, verify: bool = True
+    schedule: Schedule,
+    name: str,
+    target: Target,
+    verify: bool = True,
+    ast: AstNode | None = None,
 ) -> tuple[ModuleContext, KernelFunction]:
     """A module of its own for one kernel function, so kernels compile in parallel. The
     schedule's AST is first checked to run every instance exactly once (`verify=False`
-    when the caller has checked it)."""
+    when the caller has checked it; `ast`: the one it checked, so it is not rebuilt)."""
     if verify:
-        verify_ast(schedule)
+        ast = verify_ast(schedule, ast)
     mc = new_module(name, target, defines_runtime=False)
-    return mc, emit_kernel(mc, schedule, name)
+    return mc, emit_kernel(mc, schedule, name, ast)
 
 
 def add_entry(

@@ -37,6 +37,8 @@ class Target:
     #: threads parallel loops run on (1 = serial)
     num_threads: int = field(default=1)
     opt_level: int = 3
+    #: a core's L2 (the default schedules' cache tiles, `DefaultConfig.cache_bytes`)
+    l2_bytes: int = 1 << 20
 
     def lanes(self, dtype: str) -> int:
         """Vector lanes of one register for a dtype (bools are bytes in memory)."""
@@ -79,7 +81,30 @@ def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
         vector_bits=bits,
         num_threads=threads,
         opt_level=opt_level,
+        l2_bytes=l2_bytes(),
     )
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+@functools.cache
+def l2_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The size of this machine's per-core L2 as Linux reports it; 1 MiB where it does
+    not (another OS, a container without sysfs), a Zen 4/5's and a Skylake-X's."""
+    for index in sorted(glob.glob(os.path.join(root, "index*"))):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(index, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level == "2" and size:
+            number, unit = (size[:-1], size[-1]) if size[-1] in _UNITS else (size, "")
+            if number.isdigit():
+                return int(number) * _UNITS.get(unit, 1)
+    return 1 << 20
 
 
 def default_threads() -> int:

@@ -38,7 +38,8 @@ from .tiles import has_partial_tiles
 @dataclass(frozen=True)
 class DefaultConfig:
     vector_width: int = 8  # float32 lanes of a 256-bit vector
-    register_block: int = 4
+    #: rows of a register block (see `rows`); None: what the vector registers hold
+    register_block: int | None = None
     threads: int = 2
     min_parallel_extent: int = 2
     #: statement instances below which a kernel runs on one thread: waking the others
@@ -55,6 +56,18 @@ class DefaultConfig:
     def vector_registers(self) -> int:
         """Vector registers of the ISA whose width this is: AVX-512 has 32, AVX and SSE 16."""
         return 32 if self.vector_width >= 16 else 16
+
+    @property
+    def rows(self) -> int:
+        """Rows of a register block; plans take twice that where the loop is long enough
+        (`gemm_block`, `conv_plan`), at two vectors a row. With 32 registers 4: 16
+        accumulators. With 16 registers 3, as BLIS's 6x16 Haswell kernel: 12
+        accumulators, two operand vectors and a broadcast. With 4 the accumulators alone
+        filled the 16 registers and spilled (a 2-vCPU Zen 3, ResNet-50's 1x1 convs 0.92-
+        2.69 -> 0.56-1.48 ms a call alone, the model 1.69 -> 1.30x onnxruntime's latency)."""
+        if self.register_block is not None:
+            return self.register_block
+        return 4 if self.vector_registers >= 32 else 3
 
 
 def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
@@ -135,7 +148,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     v0 = vec
     extent = T.loop_extent(schedule, vec)
     factor = row_vectors(extent, width) * width
-    rows = config.register_block
+    rows = config.rows
     if block is not None and T.loop_extent(schedule, block) >= 2 * rows:
         rows = gemm_block(T.loop_extent(schedule, block), config)
     else:  # no loop long enough for two register blocks of the matrix-product plan
@@ -333,12 +346,12 @@ def tiles_first(
 
 
 def gemm_block(extent: int, config: DefaultConfig) -> int:
-    """Rows in registers of a matrix-product plan: twice `register_block` (8 accumulators
-    of one vector a row, 16 of two), enough independent FMA chains for two full-width
-    pipes; `register_block` when the loop cannot hold two such blocks. On a 2-vCPU
+    """Rows in registers of a matrix-product plan: twice `config.rows` (with AVX-512 8
+    accumulators of one vector a row, 16 of two), enough independent FMA chains for two
+    full-width pipes; `config.rows` when the loop cannot hold two such blocks. On a 2-vCPU
     Zen 5 (warm, default schedules): ResNet-50's 1x1 convs with a residual at 56x56,
     28x28 and 14x14 went from 334, 413 and 466 us with 4 rows to 298, 326 and 332 us."""
-    rows = config.register_block
+    rows = config.rows
     return 2 * rows if extent >= 4 * rows else rows
 
 
@@ -418,7 +431,7 @@ def _conv_plan(
     # stem 0.67 -> 0.47 ms, its 3x3 convs 0.45-0.69 -> 0.43-0.59 ms)
     window = padded and bool(moving_reductions(main, reduce, dim_of, row))
     widths = (lanes, lanes // 2) if window else (2 * lanes, lanes, lanes // 2)
-    rows = config.vector_registers // 2 if window else 2 * config.register_block
+    rows = config.vector_registers // 2 if window else 2 * config.rows
     for ld in loads(main.expr):
         t = schedule.kernel.tensors.get(ld.tensor)
         if t is None or t.role is not Role.CONSTANT or len(t.shape) < 2:

@@ -34,6 +34,7 @@ from polytile.errors import IllegalSchedule, InputError
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
 from polytile.frontend.importer import ModelSource
+from polytile.poly.ast import AstNode
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
 from polytile.poly.default import DefaultConfig, default_schedule
@@ -92,6 +93,7 @@ def compile(
     schedules: list[Schedule] = []
     workloads: list[str] = []
     by_workload: dict[str, Schedule] = {}
+    asts: list[AstNode | None] = []
     for done, group in enumerate(parts.groups):
         t0 = time.perf_counter()
         kernel, _ = canonicalize(kernel_of(graph, group))
@@ -100,20 +102,26 @@ def compile(
         workloads.append(key)
         if key in by_workload:  # an identical group: same loops, its own weights
             schedules.append(transplant(by_workload[key], kernel))
+            asts.append(None)
         else:
             chosen = replay_record(kernel, tuned.get(key)) or default_schedule(kernel, config)
-            by_workload[key] = _verified(chosen)
+            by_workload[key], ast = _verified(chosen)
             schedules.append(by_workload[key])
+            asts.append(ast)
         stats.lower += t1 - t0
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
-    return build(graph, schedules, workloads, target, stats)
+    return build(graph, schedules, workloads, target, stats, asts=asts)
 
 
 def default_config(target: Target) -> DefaultConfig:
-    """The default schedules' settings for a target: its vector width and threads."""
-    return DefaultConfig(vector_width=target.lanes("float32"), threads=target.num_threads)
+    """The default schedules' settings for a target: its vector width, threads and L2."""
+    return DefaultConfig(
+        vector_width=target.lanes("float32"),
+        threads=target.num_threads,
+        cache_bytes=target.l2_bytes,
+    )
 
 
 def tuned_records(records: object, target: Target) -> dict[str, Any]:
@@ -131,17 +139,15 @@ def tuned_records(records: object, target: Target) -> dict[str, Any]:
     return best_records(list(records), target.key())  # type: ignore[call-overload]
 
 
-def _verified(schedule: Schedule) -> Schedule:
-    """The schedule if isl's AST for it runs every instance exactly once, else (an isl
-    AST-generation bug; see `poly.ast_check`) the kernel's initial schedule."""
+def _verified(schedule: Schedule) -> tuple[Schedule, AstNode]:
+    """The schedule and its AST if the AST runs every instance exactly once, else (an isl
+    AST-generation bug; see `poly.ast_check`) the kernel's initial schedule and its."""
     try:
-        verify_ast(schedule)
-        return schedule
+        return schedule, verify_ast(schedule)
     except IllegalSchedule as err:
         warnings.warn(f"{err}; using the kernel's initial schedule instead", stacklevel=3)
         fallback = initial_schedule(schedule.kernel)
-        verify_ast(fallback)
-        return fallback
+        return fallback, verify_ast(fallback)
 
 
 def replay_record(kernel: Kernel, record: Any) -> Schedule | None:
@@ -164,10 +170,13 @@ def build(
     target: Target,
     stats: CompileStats | None = None,
     workers: int | None = None,
+    asts: Sequence[AstNode | None] | None = None,
 ) -> CompiledModel:
     """The native module of a graph whose groups (in order) run the given schedules;
     `workloads` are the groups' workload keys (a trace that inlines rewrites its
-    schedule's kernel, so the key cannot be taken from the schedule)."""
+    schedule's kernel, so the key cannot be taken from the schedule). Every schedule's
+    AST is checked already; `asts` holds those at hand (None where not), which codegen
+    then need not build again."""
     stats = stats or CompileStats()
     start = time.perf_counter()
     layout = _Layout(graph)
@@ -185,7 +194,8 @@ def build(
         if known in emitted:
             key = emitted[known]
         else:
-            mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False)
+            ast = asts[step] if asts is not None else None
+            mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False, ast=ast)
             text = finalize(mc.module, target)
             key = emitted[known] = hashlib.sha256(text.encode()).hexdigest()
             if key not in functions:

@@ -97,10 +97,19 @@ def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
 class SearchSpace:
     """Decisions of one kernel: sample, mutate, build."""
 
-    def __init__(self, kernel: Kernel, lanes: int = 16, threads: int = 2) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        lanes: int = 16,
+        threads: int = 2,
+        config: DefaultConfig | None = None,
+    ) -> None:
+        """`config`: the default schedules' settings on the target (its lanes, threads
+        and L2), which the sketch's default decisions follow; else built from `lanes`
+        and `threads`."""
         self.kernel = kernel
-        self.lanes = lanes
-        self.config = DefaultConfig(vector_width=lanes, threads=threads)
+        self.config = config or DefaultConfig(vector_width=lanes, threads=threads)
+        self.lanes = self.config.vector_width
         self.main = main_statement(kernel)
         base = initial_schedule(kernel)
         loops = [lp.name for lp in base.loops_of(self.main.name)]
@@ -209,7 +218,7 @@ class SearchSpace:
             "vec": self.lanes,
             "pack": True,
             "block_loop": None,
-            "block": self.config.register_block,
+            "block": self.config.rows,
             "block2_loop": None,
             "block2": 1,
             "low_reduce": self.padded,
@@ -234,7 +243,7 @@ class SearchSpace:
             if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
                 d["vec_loop"] = None
             reduce_extents = [self.extent[r] for r in self.reduce]
-            d["block"] = self.config.register_block
+            d["block"] = self.config.rows
             vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
             tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
             if tiles is not None:

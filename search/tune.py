@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from polytile.codegen.target import Target, host
+from polytile.compiler import default_config
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default import default_schedule
 from polytile.poly.schedule import Schedule
 from polytile.poly.transform import replay
 
@@ -211,8 +212,7 @@ class Tuner:
         self.start_from_default = start_from_default
         self.rng = random.Random(seed)
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
-        lanes = target.lanes("float32")
-        config = DefaultConfig(vector_width=lanes, threads=target.num_threads)
+        config = default_config(target)
         self.states: list[TaskState] = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
@@ -221,7 +221,7 @@ class Tuner:
         for task in tasks:
             state = TaskState(
                 task,
-                SearchSpace(task.kernel, lanes, target.num_threads),
+                SearchSpace(task.kernel, config=config),
                 default_schedule(task.kernel, config),
             )
             self._resume(state, previous.get(task.key, []))

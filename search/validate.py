@@ -178,7 +178,7 @@ def _neighbours(
                 break
             if not cands or cands[0].decisions is None:
                 continue
-            space = SearchSpace(task.kernel, lanes=defaults.vector_width, threads=defaults.threads)
+            space = SearchSpace(task.kernel, config=defaults)
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
             trace = tuple(space.build(decisions).trace)
             key = trace_key(trace)

@@ -26,7 +26,7 @@ MM_RELU = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=
 
 
 def blocked() -> Schedule:
-    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    config = DefaultConfig(vector_width=8, register_block=4, threads=2, min_parallel_work=0)
     return default_schedule(MM_RELU, config)
 
 

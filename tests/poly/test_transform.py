@@ -216,7 +216,9 @@ def test_default_walks_vector_tiles_outside_blocks_when_b_outgrows_the_cache(
     the row blocks; the result still matches the reference, and Y's register tile is
     private to the row block's iteration."""
     kernel = mm_relu(24, 64, 32)
-    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=cache_bytes)
+    config = DefaultConfig(
+        vector_width=8, register_block=4, threads=2, min_parallel_work=0, cache_bytes=cache_bytes
+    )
     schedule = default_schedule(kernel, config)
     loops = schedule.loops_of("Y")
     assert loops[0].name.startswith(first) and loops[0].annotation == "parallel"
@@ -356,13 +358,21 @@ def test_a_padded_conv_window_takes_one_register_of_channels_and_more_rows(
     assert_equivalent(schedule)
 
 
-@pytest.mark.parametrize(("rows", "block"), [(24, 8), (12, 4), (7, None)])
-def test_default_register_block_is_eight_rows_where_two_fit(rows: int, block: int | None) -> None:
-    """Twice the register block of rows (8 independent accumulator rows, enough FMA
-    chains for two 512-bit pipes) when the rows hold two such blocks, else 4, else none;
-    each matches the reference."""
-    kernel = mm_relu(rows, 64, 32)
-    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+@pytest.mark.parametrize(
+    ("width", "rows", "block"),
+    [(16, 24, 8), (16, 12, 4), (16, 7, None), (8, 24, 6), (8, 12, 6), (8, 7, 3), (8, 5, None)],
+)
+def test_default_register_block_is_twice_the_rows_where_two_fit(
+    width: int, rows: int, block: int | None
+) -> None:
+    """Twice the register block of rows (enough independent FMA chains for two pipes)
+    when the rows hold two such blocks, else one block, else none: blocks of 4 with
+    AVX-512's 32 registers, of 3 with AVX's 16 (6 rows of two vectors: 12 accumulators
+    beside the operands, where 8 rows spilled). Each matches the reference."""
+    kernel = mm_relu(rows, 4 * width, 32)
+    config = DefaultConfig(vector_width=width, threads=2, min_parallel_work=0)
+    assert config.rows == (4 if width == 16 else 3)
+    assert DefaultConfig(vector_width=width, register_block=2).rows == 2
     schedule = default_schedule(kernel, config)
     unrolled = [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "unroll"]
     got = [T.loop_extent(schedule, n) for n in unrolled]
