@@ -16,10 +16,10 @@ from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
-from polytile.poly.ast import explain
+from polytile.poly.ast import Block, build_ast, explain
 from polytile.poly.contract import private_temporaries
 from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.dsl import kernel_from_node
+from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
@@ -329,6 +329,36 @@ def test_an_ast_check_past_its_operation_limit_is_illegal(
     assert C.verify_ast(schedule) is not None
     fused = T.fuse(plain, first, second)
     assert_equivalent(fused)
+
+
+def test_fuse_checks_only_its_own_top_level_nest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fuse checks the AST of the top-level nest it changed, with that nest's statements
+    only: isl generates a top sequence's children apart, so that AST is the whole one's
+    part for the nest. The other nests are not built again; a fuse in a one-nest
+    schedule checks it whole."""
+    import polytile.poly.ast_check as C
+
+    k = kernel("Y[i, j] = A[i, j] + 1", "Z[i, j] = B[i, j] * 2", A=(6, 10), B=(4, 12))
+    plain = initial_schedule(k)
+    y0, y1 = (lp.name for lp in plain.loops_of("Y"))
+    checked: list[tuple[str, ...]] = []
+    verify = C.verify_ast
+
+    def spy(schedule: Schedule, ast: object = None) -> object:
+        checked.append(tuple(s.name for s in schedule.kernel.statements))
+        return verify(schedule, ast)
+
+    monkeypatch.setattr(T, "verify_ast", spy)
+    fused = T.fuse(plain, y0, y1)
+    assert checked == [("Y",)]
+    cut = T._top_nest_alone(fused, fused.loops_of("Y")[0].name)
+    whole = build_ast(fused)
+    assert isinstance(whole, Block) and build_ast(cut) == whole.items[0]
+    assert_equivalent(fused)
+    single = initial_schedule(kernel("Y[i, j] = A[i, j] + 1", A=(6, 10)))
+    checked.clear()
+    T.fuse(single, *(lp.name for lp in single.loops_of("Y")))
+    assert checked == [("Y",)]
 
 
 @pytest.mark.parametrize(("pads", "lanes", "rows"), [(2, 16, 16), (0, 32, 8)])
