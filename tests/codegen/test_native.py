@@ -488,7 +488,7 @@ def test_a_register_tile_starts_from_the_bias_its_init_fills_it_with(
     channels = 16 * vectors
     k = kernel_from_node(
         helper.make_node("Conv", ["x", "w", "b"], ["y"]),
-        {"x": (1, 3, 16, 16)},
+        {"x": (1, 3, 4, 16)},
         initializers={
             "w": rng.standard_normal((channels, 3, 3, 3)).astype(np.float32),
             "b": rng.standard_normal(channels).astype(np.float32),

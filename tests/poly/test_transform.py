@@ -300,7 +300,7 @@ def test_an_ast_past_the_operation_limit_is_illegal(monkeypatch: pytest.MonkeyPa
     schedule is illegal (the search skips it), and the budget does not outlive the call."""
     import polytile.poly.ast as A
 
-    schedule = default_schedule(mm_relu(64, 64, 32))
+    schedule = default_schedule(mm_relu(16, 32, 8))
     monkeypatch.setattr(A, "AST_OPERATIONS", 50)
     with pytest.raises(IllegalSchedule, match="AST generator gave up"):
         A.build_ast(schedule)
@@ -317,7 +317,7 @@ def test_an_ast_check_past_its_operation_limit_is_illegal(
     budget does not outlive the call."""
     import polytile.poly.ast_check as C
 
-    schedule = default_schedule(mm_relu(64, 64, 32))
+    schedule = default_schedule(mm_relu(16, 32, 8))
     plain = initial_schedule(schedule.kernel)
     first, second = (lp.name for lp in plain.loops_of("C")[:2])
     monkeypatch.setattr(C, "CHECK_OPERATIONS", 5)
@@ -370,10 +370,10 @@ def test_a_padded_conv_window_takes_one_register_of_channels_and_more_rows(
     16 rows (of 26), not two registers by 8 (AlexNet's grouped conv: 4.4 ms a call in the
     model against 0.8 ms). Without padding the row block goes below kw and the channels
     stay two registers wide, over 8 rows. Both match the reference."""
-    w = np.random.default_rng(0).standard_normal((32, 2, 5, 5)).astype(np.float32)
+    w = np.random.default_rng(0).standard_normal((32, 1, 5, 5)).astype(np.float32)
     conv = kernel_from_node(
         helper.make_node("Conv", ["x", "w"], ["y"], pads=[pads] * 4),
-        {"x": (1, 2, 6 - 2 * pads, 30 - 2 * pads)},
+        {"x": (1, 1, 6 - 2 * pads, 30 - 2 * pads)},
         initializers={"w": w},
     )
     config = DefaultConfig(vector_width=16, threads=2, min_parallel_work=0)
