@@ -34,7 +34,8 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     `separate`). Parallel loops are left whole (one outlined loop per thread team)."""
     bands = _bands(tree)
     domain = tree.get_domain()
-    rows = _partial_rows(tree, bands, domain)
+    original = tree
+    rows: list[tuple[Path, isl.Set]] | None = None  # worked out once a band needs them
     isolated: list[tuple[Path, isl.Set]] = []
     for path, _loop, annotation in bands:
         if annotation:
@@ -57,6 +58,8 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             )
         ):
             region = region.subtract(partial)
+        if rows is None:
+            rows = _partial_rows(original, bands, domain)
         border = _window_border(path, rows, whole)
         if border is not None:
             interior = region.subtract(border)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import platform
 import re
 
-import llvmlite.binding as llvm
 import pytest
 
 from polytile.codegen.jit import emit_assembly, finalize, optimize
@@ -50,7 +49,6 @@ def test_matrix_product_accumulators_stay_in_registers(cpu: str, bits: int, fmas
     """6 rows of two AVX2 vectors (8 rows spilled four accumulators every iteration), 8
     rows of two AVX-512 vectors: one FMA per accumulator in each (maybe unrolled) step,
     and no stack access."""
-    llvm.initialize_native_target()
     config = DefaultConfig(vector_width=bits // 32, threads=2)
     loop = _inner_loop(cpu, bits, config)
     count = sum(bool(FMA.search(line)) for line in loop)
