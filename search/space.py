@@ -49,8 +49,10 @@ from polytile.poly.default import (
     moving_reductions,
     narrow_vector,
     pack_weights,
+    panel_chunk,
     parallelize_outer,
     row_vectors,
+    rows_first,
     tiles_first,
     vectorize_innermost,
     window_block,
@@ -236,6 +238,23 @@ class SearchSpace:
         if self.plan is not None:
             d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
             d.update(block_loop=self.plan.row, block=self.plan.block)
+            d["outer_first"] = rows_first(
+                self.kernel,
+                self.main,
+                self.spatial,
+                self.dim_of,
+                self.extent,
+                self.plan,
+                self.config,
+            )
+            chunk = panel_chunk(
+                self.kernel, self.main, self.reduce, self.extent, self.plan, self.config
+            )
+            if chunk is not None:  # as the default: the pixel tiles all below the chunk
+                tiles = -(-self.extent[self.plan.row] // self.plan.block)
+                otile = min(t for t in OUTER_TILES if t >= tiles)
+                d.update(rtile_loop=self.reduce[0], rtile=chunk)
+                d.update(otile_loop=self.plan.row, otile=otile)
         elif self.main.reduction and self.spatial:
             vec = self.spatial[-1]
             extent = self.extent[vec]

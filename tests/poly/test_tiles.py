@@ -14,7 +14,19 @@ from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import isl_helpers as ih
 from polytile.poly import transform as T
-from polytile.poly.ast import AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
+from polytile.poly.ast import (
+    AstNode,
+    Block,
+    Call,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    build_ast,
+    unswitch_partial_trips,
+)
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.default import DefaultConfig, parallelize_outer
 from polytile.poly.dsl import kernel_from_node
@@ -131,9 +143,10 @@ def test_tails_in_two_serial_loops_are_both_set_apart() -> None:
     schedule = T.reorder(schedule, "i0", "j0", "k", "i1", "j1")
     schedule = T.unroll(T.unroll(schedule, "i1"), "j1")
     ast = verify_ast(schedule)
-    assert [constant_bound(loop) for loop in loops_named(ast, "i1")] == [3, 3, 1]
-    # i's full tile: j's full tiles (j1 to 7) and j's tail (to 4); i's tail: j unsplit
-    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, None]
+    assert [constant_bound(loop) for loop in loops_named(ast, "i1")] == [3, 3, 1, 1]
+    # i's full tile: j's full tiles (j1 to 7) and j's tail (to 4); i's tail: j unsplit,
+    # its full tiles under a hoisted test (to 7), the rest as isl gave it
+    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, 7, None]
     check_outputs(schedule)
 
 
@@ -227,3 +240,65 @@ def test_trip_counts_under_a_strided_outer_loop_are_bounded() -> None:
     found = ih.partial_trip_region(isl.UnionMap.from_map(outer), isl.UnionMap.from_map(inner))
     assert found is not None
     assert found.is_equal(ih.parse_set("{ [v] : v mod 2 = 0 and 0 <= v <= 16 }"))
+
+
+def _unrolled_rows(m: int, i0: Var) -> For:
+    """`for m1 <= min(5, m - 1 - 6 * i0)` (unrolled) around one call."""
+    rest = Op("sub", (Int(m - 1), Op("mul", (Int(6), i0))))
+    call = Call("S", (Var("m1"),))
+    return For(
+        "m1", Int(0), Op("le", (Var("m1"), Op("min", (Int(5), rest)))), Int(1), call, "m1", "unroll"
+    )
+
+
+def test_an_invariant_partial_trip_is_hoisted_around_the_outermost_loop_it_does_not_vary_in() -> (
+    None
+):
+    rows = _unrolled_rows(256, Var("m0"))
+    reduction = For("c", Int(0), Op("le", (Var("c"), Int(1023))), Int(1), rows, "c")
+    blocks = For("m0", Int(0), Op("le", (Var("m0"), Int(42))), Int(1), reduction, "m0")
+    tile = For("p", Int(0), Op("le", (Var("p"), Int(12))), Int(1), blocks, "p", "parallel")
+    out = unswitch_partial_trips(tile)
+    assert isinstance(out, For) and isinstance(out.body, For)  # p and m0 stay loops
+    test = out.body.body
+    assert isinstance(test, If) and test.orelse == reduction  # the general case as it was
+    assert test.cond == Op("ge", (Op("sub", (Int(255), Op("mul", (Int(6), Var("m0"))))), Int(5)))
+    assert isinstance(test.then, For) and test.then.loop == "c"
+    assert [constant_bound(loop) for loop in loops_named(test.then, "m1")] == [5]
+
+
+def test_a_partial_trip_that_varies_with_a_loop_is_not_hoisted_above_it() -> None:
+    rows = _unrolled_rows(256, Var("c"))  # varies with the reduction loop itself
+    reduction = For("c", Int(0), Op("le", (Var("c"), Int(1023))), Int(1), rows, "c")
+    out = unswitch_partial_trips(reduction)
+    assert isinstance(out, For) and isinstance(out.body, If)  # the test inside c
+    assert [constant_bound(loop) for loop in loops_named(out.body.then, "m1")] == [5]
+    assert unswitch_partial_trips(Block((Call("S", (Int(0),)),))) == Block((Call("S", (Int(0),)),))
+
+
+def test_rows_of_a_parallel_loops_partial_tile_get_constant_trip_counts() -> None:
+    """A tail in the parallel j loop and in the unrolled rows: isl leaves j's last tile
+    with rows `i1 <= min(5, 15 - 6 * i0)` in every block; hoisted, its full blocks
+    unroll all six rows (and keep them in registers) and the results are unchanged."""
+    schedule = T.split(initial_schedule(mm_relu(16, 36, 5)), "j", (None, 16))
+    schedule = T.split(schedule, "i", (None, 6))
+    schedule = T.reorder(schedule, "j0", "i0", "k", "i1", "j1")
+    schedule = T.vectorize(T.unroll(T.parallel(schedule, "j0"), "i1"), "j1")
+    ast = verify_ast(schedule)
+    tests = [n for n in _walk_ifs(ast) if n.cond.op == "ge" and n.cond.args[1] == Int(5)]
+    assert len(tests) == 1
+    assert [constant_bound(loop) for loop in loops_named(tests[0].then, "i1")] == [5]
+    assert [constant_bound(loop) for loop in loops_named(tests[0].then, "j1")] == [3]
+    assert [constant_bound(loop) for loop in loops_named(tests[0].orelse, "i1")] == [None]
+    check_outputs(schedule)
+
+
+def _walk_ifs(node: AstNode) -> list[If]:
+    if isinstance(node, If):
+        rest = _walk_ifs(node.orelse) if node.orelse is not None else []
+        return [node, *_walk_ifs(node.then), *rest]
+    if isinstance(node, For | Mark):
+        return _walk_ifs(node.body)
+    if isinstance(node, Block):
+        return [f for item in node.items for f in _walk_ifs(item)]
+    return []

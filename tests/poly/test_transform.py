@@ -20,6 +20,7 @@ from polytile.poly.ast import Block, build_ast, explain
 from polytile.poly.contract import private_temporaries
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
@@ -408,3 +409,78 @@ def test_default_register_block_is_twice_the_rows_where_two_fit(
     got = [T.loop_extent(schedule, n) for n in unrolled]
     assert got == ([block] if block else [])
     assert_equivalent(schedule)
+
+
+@pytest.mark.parametrize(
+    ("window", "height", "cache_bytes", "first"),
+    [(1, 32, 4096, "oh"), (1, 32, 1 << 20, None), (1, 12, 4096, None), (3, 32, 4096, None)],
+)
+def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input_outgrows_the_cache(
+    window: int, height: int, cache_bytes: int, first: str | None
+) -> None:
+    """Each of the two channel blocks of a conv plan reads the whole input (4 channels
+    of 32 x 16, 8 KB). Larger than the cache, the output rows go outermost, so a band of
+    input rows stays in cache across the blocks; not with a cache that holds it, with 6
+    output rows (too few to share among 2 threads at 4 each) or with a padded window.
+    The search space's default decisions build the same schedule; the reordered one
+    matches the reference."""
+    w = np.random.default_rng(0).standard_normal((32, 4, window, window)).astype(np.float32)
+    conv = kernel_from_node(
+        helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[window // 2] * 4),
+        {"x": (1, 4, height, 16)},
+        initializers={"w": w},
+    )
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=cache_bytes)
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    outermost = schedule.loops_of(main)[0]
+    assert outermost.annotation == "parallel"
+    assert (outermost.name == "oh") == (first == "oh")
+    space = SearchSpace(conv, config=config)
+    assert space.plan is not None and space.default_decisions()["outer_first"] == first
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    if first is not None:  # the others keep the plan's order, tested elsewhere
+        assert_equivalent(schedule)
+
+
+@pytest.mark.parametrize(("panel_bytes", "chunk"), [(4096, 64), (8192, None)])
+def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pixel_tiles(
+    panel_bytes: int, chunk: int | None
+) -> None:
+    """Two channel blocks of 16 over 5 x 5 pixels (flattened as compile does: five row
+    tiles of 5) and 128 input
+    channels: each block's 8 KB of weights is read once per row tile. With a 4 KB panel
+    the channels are reduced 64 at a time with every row tile below, the block's outputs
+    (1.6 KB) reloaded per chunk; with 8 KB the chunk (128) is the whole reduction, so
+    nothing changes. The space's default decisions build the same schedule; compiled,
+    both match numpy."""
+    w = np.random.default_rng(0).standard_normal((32, 128, 1, 1)).astype(np.float32)
+    conv = flatten_planes(
+        kernel_from_node(
+            helper.make_node("Conv", ["x", "w"], ["y"]),
+            {"x": (1, 128, 5, 5)},
+            initializers={"w": w},
+        )
+    )
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, panel_bytes=panel_bytes)
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    loops = [(lp.name, T.loop_extent(schedule, lp.name)) for lp in schedule.loops_of(main)]
+    if chunk is None:
+        assert [n for n, _ in loops][1:] == ["oh_ow0", "c", "oh_ow1", "m1"]
+    else:
+        assert [(n, e) for n, e in loops][1:] == [
+            ("c0", 2),
+            ("oh_ow0", 5),
+            ("c1", chunk),
+            ("oh_ow1", 5),
+            ("m1", 16),
+        ]
+    space = SearchSpace(conv, config=config)
+    assert space.default_decisions()["rtile"] == (chunk or 0)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    got = NativeKernel(schedule)(inputs)["y"]
+    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
