@@ -366,27 +366,20 @@ def explain(schedule: Schedule) -> str:
 # that runs that iteration takes the longest (ResNet-50's 1024→256 1×1 conv over 14×14
 # pixels: its last pixel tile, four columns, kept two of six rows in memory through 1,024
 # reduction steps; hoisted, 0.79 -> 0.63 ms a call alone on a 2-vCPU Zen 3, and its
-# 1024→512 twin 1.48 -> 1.23 ms). The guard's other side only uses loops outside some
-# loop F, so F is emitted twice: under `if (e >= 5)` with the bound a constant, and as
-# it was.
+# 1024→512 twin 1.48 -> 1.23 ms). The guard's other side `e` only uses loops outside
+# the reduction, so the body of the innermost of them (`m0`) is emitted twice: under
+# `if (e >= 5)` with the bound a constant, and as it was.
 
 
 def unswitch_partial_trips(node: AstNode) -> AstNode:
-    """The AST with each invariant `min(constant, e)` bound of an unrolled or vector
-    loop hoisted into a test around the outermost loop it does not vary in."""
+    """The AST with each `min(constant, e)` bound of an unrolled or vector loop hoisted
+    into a test around the body of the innermost loop `e` uses."""
     return _walk(node, frozenset())
 
 
 def _walk(node: AstNode, bound: frozenset[str]) -> AstNode:
     if isinstance(node, For):
-        if node.annotation != "parallel":
-            guard = _invariant_guard(node, bound)
-            if guard is not None:
-                limit, rest = guard
-                fixed = _fix(node, limit, rest)
-                assert isinstance(fixed, For)
-                return If(Op("ge", (rest, limit)), _walk(fixed, bound), node)
-        return replace(node, body=_walk(node.body, bound | {node.var}))
+        return replace(node, body=_hoist(node.body, bound | {node.var}))
     if isinstance(node, Block):
         return Block(tuple(_walk(item, bound) for item in node.items))
     if isinstance(node, If):
@@ -397,9 +390,22 @@ def _walk(node: AstNode, bound: frozenset[str]) -> AstNode:
     return node
 
 
-def _invariant_guard(node: For, bound: frozenset[str]) -> tuple[Int, AstExpr] | None:
-    """The first `min(constant, e)` in the bound of an unrolled or vector loop at or
-    below `node` whose `e` only uses loops outside it (`bound`)."""
+def _hoist(body: AstNode, bound: frozenset[str]) -> AstNode:
+    """A loop's body with each guard that only uses `bound` (its loop and those outside)
+    tested once around the whole body: an init nest and its reduction stay side by side
+    in each branch (codegen starts the accumulators from the init's values there). The
+    general branch is kept as isl gave it."""
+    guard = _invariant_guard(body, bound)
+    if guard is None:
+        return _walk(body, bound)
+    limit, rest = guard
+    return If(Op("ge", (rest, limit)), _hoist(_fix(body, limit, rest), bound), body)
+
+
+def _invariant_guard(node: AstNode, bound: frozenset[str]) -> tuple[Int, AstExpr] | None:
+    """The first `min(constant, e)` in the bound of an unrolled or vector loop in `node`
+    whose `e` only uses the loops of `bound` and whose start does not use them: there
+    the constant makes the trip count constant."""
     for loop in _loops(node):
         if loop.annotation not in CONSTANT_TRIPS:
             continue
@@ -409,7 +415,9 @@ def _invariant_guard(node: For, bound: frozenset[str]) -> tuple[Int, AstExpr] | 
                 rest = [a for a in e.args if not isinstance(a, Int)]
                 if len(ints) == 1 and len(rest) == 1:
                     used = _vars(rest[0])
-                    if used and used <= bound:
+                    # the constant is a full trip only where the start does not move
+                    # with `e` (`j from 4 * j0 to min(9, 4 * j0 + 3)`: 9 is the end)
+                    if used and used <= bound and not used & _vars(loop.init):
                         return ints[0], rest[0]
     return None
 

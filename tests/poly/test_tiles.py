@@ -276,6 +276,16 @@ def test_a_partial_trip_that_varies_with_a_loop_is_not_hoisted_above_it() -> Non
     assert unswitch_partial_trips(Block((Call("S", (Int(0),)),))) == Block((Call("S", (Int(0),)),))
 
 
+def test_a_constant_that_ends_the_domain_rather_than_the_tile_is_not_hoisted() -> None:
+    """`j from 4 * j0 to min(9, 4 * j0 + 3)`: the constant 9 is where the domain ends, so
+    taking it as the bound leaves the trip count moving with j0; nothing is hoisted."""
+    start = Op("mul", (Int(4), Var("j0")))
+    bound = Op("min", (Int(9), Op("add", (start, Int(3)))))
+    j = For("j", start, Op("le", (Var("j"), bound)), Int(1), Call("S", (Var("j"),)), "j", "vector")
+    tiles = For("j0", Int(0), Op("le", (Var("j0"), Int(2))), Int(1), j, "j0")
+    assert unswitch_partial_trips(tiles) == tiles
+
+
 def test_rows_of_a_parallel_loops_partial_tile_get_constant_trip_counts() -> None:
     """A tail in the parallel j loop and in the unrolled rows: isl leaves j's last tile
     with rows `i1 <= min(5, 15 - 6 * i0)` in every block; hoisted, its full blocks
