@@ -9,10 +9,13 @@ the reduction loops between the tile loops and the register block, the init plac
 before the reduction loops, every epilogue statement computed inside the output tile, and
 the outer loops fused into one parallel loop. A convolution-like reduction puts its
 channels in vectors instead (`conv_plan`), unless its rows are long contiguous streams (a
-1×1 convolution on flattened planes, `poly.flatten`). Epilogue statements chained through
-temporaries (bias, residual add, ReLU) are inlined into one first. Other statements, and
-elementwise kernels, get a parallel outer loop (when there is enough work) and a
-vectorized inner loop. Every step is checked; an illegal one is skipped.
+1×1 convolution on flattened planes, `poly.flatten`); its output rows go outside the
+channel blocks when its input outgrows L2 (`rows_first`), and over few pixels it reduces
+a chunk of channels at a time over all its pixel tiles (`panel_chunk`). Epilogue
+statements chained through temporaries (bias, residual add, ReLU) are inlined into one
+first. Other statements, and elementwise kernels, get a parallel outer loop (when there
+is enough work) and a vectorized inner loop. Every step is checked; an illegal one is
+skipped.
 """
 
 from __future__ import annotations
