@@ -251,9 +251,9 @@ def _unrolled_rows(m: int, i0: Var) -> For:
     )
 
 
-def test_an_invariant_partial_trip_is_hoisted_around_the_outermost_loop_it_does_not_vary_in() -> (
-    None
-):
+def test_a_partial_trip_is_hoisted_around_the_body_of_the_innermost_loop_it_uses() -> None:
+    """`m1 <= min(5, 255 - 6 * m0)` inside the reduction c: the test goes around m0's
+    body (the whole reduction), under the parallel p, not around the rows."""
     rows = _unrolled_rows(256, Var("m0"))
     reduction = For("c", Int(0), Op("le", (Var("c"), Int(1023))), Int(1), rows, "c")
     blocks = For("m0", Int(0), Op("le", (Var("m0"), Int(42))), Int(1), reduction, "m0")
