@@ -369,8 +369,8 @@ def rows_first(
     parallel loop) and a row loop long enough to share among the threads (four
     iterations each: 7 rows on 2 threads lost 8%). On a 2-vCPU Zen 3 (512 KB L2), alone:
     the stride-2 stems of SqueezeNet, ZFNet-512 and AlexNet 2.13 -> 1.01, 5.92 -> 3.53
-    and 1.47 -> 1.32 ms a call, ResNet-50's stride-2 1x1 convs 1.49-1.69 -> 1.31-1.45 ms;
-    ZFNet-512 0.84 -> 0.80x onnxruntime's latency (same turns)."""
+    and 1.47 -> 1.32 ms a call, ResNet-50's stride-2 1x1 convs 1.42-1.69 -> 1.31-1.45 ms
+    (one of four pairs even); ZFNet-512 0.84 -> 0.80x onnxruntime's latency (same turns)."""
     if not main.domain_set().is_box():
         return None
     channel = dim_of[plan.channel]
@@ -401,9 +401,10 @@ def panel_chunk(
     per pixel tile; where they outgrow L1 but the block's outputs are few (a 1x1 conv
     over 7x7 pixels), a chunk of `panel_bytes` of them stays in L1 across the tiles,
     whose accumulators are reloaded per chunk. Only a single unpadded reduction (a 1x1
-    conv; a 3x3 conv lost 20-50%). On a 2-vCPU Zen 3: ResNet-50's 512->2048 and
-    2048->512 1x1 convs over 7x7 alone 0.86 -> 0.73 ms and 0.96 -> 0.73 ms a call; the
-    model 1.18 -> 1.15x onnxruntime's latency, DenseNet-121 1.02 -> 1.01x (same turns)."""
+    conv; 3x3 convs lost 18-65% at chunks of 64 and 128). On a 2-vCPU Zen 3: ResNet-50's
+    512->2048 and 2048->512 1x1 convs over 7x7 alone 0.86 -> 0.73 ms and 0.96 -> 0.73 ms
+    a call; the model 1.18 -> 1.15x onnxruntime's latency, DenseNet-121 1.02 -> 1.01x
+    (same turns)."""
     if len(reduce) != 1 or not main.domain_set().is_box():
         return None
     size = np.dtype(kernel.tensors[main.tensor].dtype).itemsize
@@ -412,10 +413,14 @@ def panel_chunk(
         return None
     chunk = min(1 << (units.bit_length() - 1), config.cache_reduction)
     pixels = math.prod(e for n, e in extent.items() if n not in (plan.channel, *reduce))
-    tiles = -(-extent[plan.row] // plan.block)
-    if extent[reduce[0]] < 2 * chunk or not 2 <= tiles <= MAX_PANEL_TILES:
+    if extent[reduce[0]] < 2 * chunk or not 2 <= row_tiles(extent, plan) <= MAX_PANEL_TILES:
         return None
     return chunk if 2 * plan.lanes * pixels * size <= config.panel_bytes else None
+
+
+def row_tiles(extent: Mapping[str, int], plan: ConvPlan) -> int:
+    """The register blocks a conv plan's row loop takes (the last one partial)."""
+    return -(-extent[plan.row] // plan.block)
 
 
 def gemm_block(extent: int, config: DefaultConfig) -> int:
@@ -628,7 +633,7 @@ def _schedule_conv(
     if first_reduce is not None:
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
     above = current[: current.index(first_reduce)] if first_reduce is not None else current
-    tile_loop = [n for n in above if n in outer][-1] if set(above) & set(outer) else None
+    tile_loop = next((n for n in reversed(above) if n in outer), None)
     if tile_loop is not None:
         for stmt in epilogue(schedule.kernel, main):
             schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))

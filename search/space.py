@@ -51,6 +51,7 @@ from polytile.poly.default import (
     pack_weights,
     panel_chunk,
     parallelize_outer,
+    row_tiles,
     row_vectors,
     rows_first,
     tiles_first,
@@ -251,7 +252,7 @@ class SearchSpace:
                 self.kernel, self.main, self.reduce, self.extent, self.plan, self.config
             )
             if chunk is not None:  # as the default: the pixel tiles all below the chunk
-                tiles = -(-self.extent[self.plan.row] // self.plan.block)
+                tiles = row_tiles(self.extent, self.plan)
                 otile = min(t for t in OUTER_TILES if t >= tiles)
                 d.update(rtile_loop=self.reduce[0], rtile=chunk)
                 d.update(otile_loop=self.plan.row, otile=otile)
