@@ -14,7 +14,6 @@ The results name the kernels OpenBLAS ran; to time it at full width:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -23,9 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from polytile.codegen.jit import JitModule, compile_part, finalize
-from polytile.codegen.kernel import emit_kernel
-from polytile.codegen.module import new_module
+from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.poly.default import default_schedule
@@ -54,17 +51,13 @@ def bench(n: int, repeat: int) -> dict[str, object]:
     target = host()
     k = kernel("C[i, j] += A[i, k] * B[k, j]", A=(n, n), B=(n, n))
     schedule = default_schedule(k, default_config(target))
-    mc = new_module("gemm", target)
-    fn = emit_kernel(mc, schedule, "gemm")
     start = time.perf_counter()
-    jit = JitModule([compile_part(finalize(mc.module, target), target)], target)
+    native = NativeKernel(schedule, target)
     compile_s = time.perf_counter() - start
-    buffers = {"A": a, "B": b, "C": np.zeros((n, n), np.float32)}
-    args = [buffers[p].ctypes.data for p in fn.params]
-    call = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(args))(jit.address("gemm"))
-    call(*args)
+    buffers = native.buffers({"A": a, "B": b})
+    native.run_on(buffers)
     error = float(np.abs(buffers["C"] - a @ b).max() / np.abs(a @ b).max())
-    polytile_s = best_of(lambda: call(*args), repeat)
+    polytile_s = best_of(lambda: native.run_on(buffers), repeat)
     flops = 2.0 * n**3
     return {
         "n": n,

@@ -3,29 +3,28 @@ to the trace. Each checks legality against the kernel's dependences and raises
 `IllegalSchedule` naming the step and the dependence it would break.
 
 Steps: split, tile, reorder, fuse, compute_at, reverse_compute_at, decompose_reduction,
-parallel, vectorize, unroll, and pack (a constant tensor into a blocked layout).
+parallel, vectorize, unroll, and pack (a constant or input tensor into a blocked layout,
+`poly.pack`).
 `replay` re-applies a trace to a kernel's initial schedule.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import islpy as isl
-import numpy as np
 
 from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
 from .ast_check import verify_ast
-from .expr import Expr, Load, rewrite
 from .inline import inline_statement
-from .kernel import Kernel, Role, Tensor
+from .kernel import Kernel
+from .pack import pack
 from .rfactor import rfactor
 from .schedule import (
     Leaf,
@@ -430,85 +429,6 @@ def vectorize(schedule: Schedule, loop: str) -> Schedule:
 def unroll(schedule: Schedule, loop: str) -> Schedule:
     schedule.loop(loop)
     return _annotate(schedule, loop, "unroll")
-
-
-# --- layouts -----------------------------------------------------------------------------
-
-
-#: packed copies of constants: per source array (by identity, while it lives), per (axis,
-#: factor). Every candidate of a search that packs a weight the same way shares one
-#: read-only array instead of holding its own copy (megabytes each: the tuner's memory
-#: grew by about 10 MB a trial on ResNet-50 with a copy per built candidate)
-_PACKED: dict[int, tuple[weakref.ref, dict[tuple[int, int], np.ndarray]]] = {}
-
-
-def packed_constant(value: np.ndarray, axis: int, factor: int) -> np.ndarray:
-    """`pack_constant`, computed once per source array and layout."""
-    key = id(value)
-    entry = _PACKED.get(key)
-    if entry is None or entry[0]() is not value:
-
-        def forget(ref: weakref.ref, key: int = key) -> None:
-            if _PACKED.get(key, (None,))[0] is ref:
-                del _PACKED[key]
-
-        entry = (weakref.ref(value, forget), {})
-        _PACKED[key] = entry
-    layouts = entry[1]
-    if (axis, factor) not in layouts:
-        packed = pack_constant(value, axis, factor)
-        packed.flags.writeable = False
-        layouts[(axis, factor)] = packed
-    return layouts[(axis, factor)]
-
-
-def pack_constant(value: np.ndarray, axis: int, factor: int) -> np.ndarray:
-    """Block `axis` by `factor`: the block index goes outermost and the lane innermost,
-    (d0, .., d, ..) → (⌈d/f⌉, d0, .., .., f), as OIHW → O/f·I·H·W·f. A partial block is
-    zero-padded."""
-    size = value.shape[axis]
-    blocks = -(-size // factor)
-    pad = [(0, 0)] * value.ndim
-    pad[axis] = (0, blocks * factor - size)
-    padded = np.pad(value, pad)
-    shape = (*value.shape[:axis], blocks, factor, *value.shape[axis + 1 :])
-    blocked = np.moveaxis(padded.reshape(shape), (axis, axis + 1), (0, -1))
-    return np.ascontiguousarray(blocked)
-
-
-def pack(schedule: Schedule, tensor: str, axis: int, factor: int) -> Schedule:
-    """Store a constant tensor in a blocked layout (computed now, at compile time), so
-    that the block along `axis` is contiguous; every load is rewritten to match."""
-    kernel = schedule.kernel
-    step = f"pack({tensor}, axis={axis}, factor={factor})"
-    t = kernel.tensors.get(tensor)
-    if t is None or t.role is not Role.CONSTANT or t.value is None:
-        raise IllegalSchedule(f"{step}: only a constant tensor can be packed")
-    if not 0 <= axis < len(t.shape) or factor < 2:
-        raise IllegalSchedule(f"{step}: axis out of range or factor below 2")
-    name = unique_name(f"{tensor}_packed", set(kernel.tensors))
-    value = packed_constant(np.asarray(t.value), axis, factor)
-    packed = Tensor(name, value.shape, t.dtype, Role.CONSTANT, value, source=t.source)
-
-    def index(load_index: tuple) -> tuple:
-        entry = load_index[axis]
-        if not isinstance(entry, str):
-            raise IllegalSchedule(f"{step}: an indirect index cannot be packed")
-        block = f"floor(({entry})/{factor})"
-        lane = f"({entry}) - {factor}*floor(({entry})/{factor})"
-        return (block, *load_index[:axis], *load_index[axis + 1 :], lane)
-
-    def rewrite_load(e: Expr) -> Expr | None:
-        if isinstance(e, Load) and e.tensor == tensor:
-            return Load(name, index(e.index), e.dtype)
-        return None
-
-    statements = tuple(replace(st, expr=rewrite(st.expr, rewrite_load)) for st in kernel.statements)
-    tensors = {k: v for k, v in kernel.tensors.items() if k != tensor}
-    tensors[name] = packed
-    new_kernel = Kernel(kernel.name, tensors, statements)
-    args = {"tensor": tensor, "axis": axis, "factor": factor}
-    return replace(schedule, kernel=new_kernel, trace=(*schedule.trace, Step("pack", args)))
 
 
 # --- traces ------------------------------------------------------------------------------

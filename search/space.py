@@ -49,6 +49,7 @@ from polytile.poly.default import (
     moving_reductions,
     narrow_vector,
     pack_weights,
+    packed_inputs,
     panel_chunk,
     parallelize_outer,
     row_tiles,
@@ -307,9 +308,12 @@ class SearchSpace:
         for node in schedule.body:
             if main.name in statements_below(node):
                 done = set(statements_below(node))
+        # the other nests (a prologue, an input's packed copy) as the default: the vector
+        # decision is the main statement's, whose two-register vectors would split them
+        lanes = self.lanes if main.reduction and self.spatial else None
         for node in list(schedule.body):
             if isinstance(node, Loop) and not set(statements_below(node)) & done:
-                schedule = self._simple(schedule, node.name, decisions)
+                schedule = self._simple(schedule, node.name, decisions, lanes)
         if not main.reduction or not self.spatial:
             schedule = self._simple_main(schedule, decisions)
         return Candidate(dict(decisions), schedule)
@@ -348,6 +352,18 @@ class SearchSpace:
         schedule, parts = self._split(schedule, loop, factor)
         return schedule, parts[:1], parts[1:]
 
+    def _inputs(self, d: Mapping[str, Any], block_dim: str | None) -> tuple[str, ...]:
+        """The inputs packed with the weights (`packed_inputs`): under the default's
+        decisions, the default's."""
+        if d["vec_loop"] is None:
+            return ()
+        tiled = d["rtile_loop"] in self.reduce
+        panel = d["rtile"] if tiled else math.prod(self.extent[n] for n in self.reduce)
+        block = d["block_loop"]
+        blocks = -(-self.extent[block] // d["block"]) if block_dim is not None else 1
+        vec_dim = self.dim_of[d["vec_loop"]]
+        return packed_inputs(self.kernel, self.main, vec_dim, block_dim, panel, blocks, self.config)
+
     def _reduction(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
         main = self.main
         vec_loop = d["vec_loop"]  # None: the main statement is not vectorized
@@ -367,11 +383,9 @@ class SearchSpace:
                     and block_loop != vec_loop
                     and 2 <= d["block"] < self.extent[block_loop]
                 )
-                packs = (
-                    (self.dim_of[vec_loop], vec),
-                    (self.dim_of[block_loop] if blocked else None, d["block"]),
-                )
-                schedule = pack_weights(schedule, main.name, packs)
+                block_dim = self.dim_of[block_loop] if blocked else None
+                packs = ((self.dim_of[vec_loop], vec), (block_dim, d["block"]))
+                schedule = pack_weights(schedule, main.name, packs, self._inputs(d, block_dim))
             schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, vec)
         for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
             loop = d[which]
@@ -454,10 +468,13 @@ class SearchSpace:
         """`depth` outer loops fused and parallel; None: the default schedule's rule."""
         return parallelize_outer(schedule, stmt, self.config, stop=stop, depth=depth)
 
-    def _simple(self, schedule: Schedule, nest: str, d: Mapping[str, Any]) -> Schedule:
+    def _simple(
+        self, schedule: Schedule, nest: str, d: Mapping[str, Any], lanes: int | None = None
+    ) -> Schedule:
+        """The nest vectorized (by `lanes`, else the `vec` decision) and parallel."""
         stmts = statements_below(schedule.loop(nest))
         for stmt in stmts:
-            schedule = vectorize_innermost(schedule, stmt, d["vec"])
+            schedule = vectorize_innermost(schedule, stmt, lanes or d["vec"])
         return self._parallel(schedule, stmts[0], d["parallel_depth"])
 
     def _simple_main(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:

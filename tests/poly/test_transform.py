@@ -14,6 +14,7 @@ from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
+from polytile.poly import pack as P
 from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import Block, build_ast, explain
@@ -256,7 +257,7 @@ def test_pack_constant_keeps_results(axis: int, factor: int) -> None:
 
 def test_pack_layout_is_blocked_outer() -> None:
     value = np.arange(24).reshape(2, 12)
-    packed = T.pack_constant(value, 1, 4)
+    packed = P.pack_constant(value, 1, 4)
     assert packed.shape == (3, 2, 4)
     np.testing.assert_array_equal(packed[1, 0], value[0, 4:8])
 
@@ -271,19 +272,21 @@ def test_candidates_packing_a_weight_alike_share_one_read_only_copy() -> None:
     again = T.pack(initial_schedule(kernel), "B", 1, 4).kernel.tensors["B_packed"].value
     other = T.pack(initial_schedule(kernel), "B", 1, 2).kernel.tensors["B_packed"].value
     assert first is again and other is not first and not first.flags.writeable
-    np.testing.assert_array_equal(first, T.pack_constant(kernel.tensors["B"].value, 1, 4))
+    np.testing.assert_array_equal(first, P.pack_constant(kernel.tensors["B"].value, 1, 4))
     weight = np.ones((8, 8), dtype=np.float32)
     key = id(weight)
-    T.packed_constant(weight, 0, 4)
-    assert key in T._PACKED
+    P.packed_constant(weight, 0, 4)
+    assert key in P._PACKED
     del weight
     gc.collect()
-    assert key not in T._PACKED
+    assert key not in P._PACKED
 
 
-def test_pack_refuses_non_constants() -> None:
-    with pytest.raises(IllegalSchedule, match="constant"):
-        T.pack(initial_schedule(mm_relu()), "A", 0, 2)
+def test_pack_refuses_tensors_the_kernel_writes() -> None:
+    with pytest.raises(IllegalSchedule, match=r"pack\(Y, .*constant or input"):
+        T.pack(initial_schedule(mm_relu()), "Y", 0, 2)
+    with pytest.raises(IllegalSchedule, match=r"pack\(C, .*constant or input"):
+        T.pack(initial_schedule(mm_relu()), "C", 1, 4)
 
 
 def test_default_schedule_packs_weights() -> None:
