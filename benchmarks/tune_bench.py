@@ -32,6 +32,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile import zoo
+from polytile.codegen.target import host
 from polytile.search.cost_model import MODELS, trace_features
 from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
@@ -216,6 +217,8 @@ def main() -> None:
         if not args.merge or "default_gflops" not in entry:
             entry["default_gflops"] = default_gflops(found["records"], found["task"].flops)
     if not args.merge:
+        target = host()
+        results["host"] = {"cpu": target.cpu, "threads": target.num_threads}
         results["gemm"]["numpy_gflops"] = numpy_gflops(args.n)
         results["gemm"]["best_gflops"] = best_overall(gemm["records"], gemm["task"].flops)
     RESULTS.mkdir(exist_ok=True)
@@ -235,7 +238,11 @@ def default_gflops(records: list, flops: int) -> float:
 def write_report(results: dict) -> None:
     """tune.md and tune.png from the results (also: --report-only, from tune.json)."""
     lines = ["# Schedule search", ""]
-    for name, res in results.items():
+    machine = results.get("host")
+    if machine is not None:
+        lines += [f"{machine['cpu']}, {machine['threads']} threads.", ""]
+    workloads = {k: v for k, v in results.items() if k != "host"}
+    for name, res in workloads.items():
         lines.append(f"## {name}")
         for key, run in res["runs"].items():
             lines.append(
@@ -263,7 +270,7 @@ def write_report(results: dict) -> None:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, (name, res) in zip(axes, results.items(), strict=False):
+        for ax, (name, res) in zip(axes, workloads.items(), strict=False):
             for key, run in res["runs"].items():
                 style = {"evolutionary": "-", "sampled": "-."}.get(key.split("-")[0], "--")
                 ax.step(range(1, len(run["curve"]) + 1), run["curve"], style, label=key)

@@ -110,9 +110,8 @@ def pack(schedule: Schedule, tensor: str, axis: int, factor: int) -> Schedule:
         shape = packed_shape(t.shape, axis, factor)
         tensors[name] = Tensor(name, shape, t.dtype, Role.TEMP)
         copy = _copy_statement(t, name, axis, factor, taken | set(schedule.loop_names()))
-        first = next(i for i, s in enumerate(kernel.statements) if s in readers)
-        statements.insert(first, copy)
-        body = _before_reader(schedule, copy, readers[0].name, taken | {copy.name})
+        statements.insert(kernel.statements.index(readers[0]), copy)
+        body = _before_readers(schedule, copy, {s.name for s in readers}, taken | {copy.name})
     new_kernel = Kernel(kernel.name, tensors, tuple(statements))
     args = {"tensor": tensor, "axis": axis, "factor": factor}
     trace = (*schedule.trace, Step("pack", args))
@@ -135,13 +134,16 @@ def _copy_statement(t: Tensor, name: str, axis: int, factor: int, taken: set[str
     return Statement(stmt, dims, domain, name, dims, Load(t.name, tuple(source), t.dtype))
 
 
-def _before_reader(schedule: Schedule, copy: Statement, reader: str, taken: set[str]) -> tuple:
-    """The schedule's body with the copy's own nest before the top node holding `reader`."""
+def _before_readers(
+    schedule: Schedule, copy: Statement, readers: set[str], taken: set[str]
+) -> tuple[Node, ...]:
+    """The schedule's body with the copy's own nest before the first top node that holds
+    a reader."""
     names = set(taken) | set(schedule.loop_names())
     nest: Node = Leaf(copy.name)
     for dim in reversed(copy.dims):
         loop_name = unique_name(dim, names)
         names.add(loop_name)
         nest = Loop(loop_name, {copy.name: identity_expr(copy.name, copy.dims, dim)}, (nest,))
-    at = next(i for i, n in enumerate(schedule.body) if reader in statements_below(n))
+    at = next(i for i, n in enumerate(schedule.body) if readers & set(statements_below(n)))
     return (*schedule.body[:at], nest, *schedule.body[at:])
