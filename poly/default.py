@@ -364,7 +364,7 @@ def packed_inputs(
       outgrows L2 (smaller ones stay there: 128³ lost 79 -> 65 GFLOPS). A·B 1024³
       112 -> 177, 512³ 137 -> 173, 2048³ 65 -> 155 GFLOPS (numpy 185). ResNet-50's 1x1
       convs over 56x56 pixels, rows 3136 floats apart, put 16 rows in each of 16 sets
-      and lost 10-18% packed, so they are left alone.
+      and lost 10-22% packed, so they are left alone.
     And only when at least `pack_reuse` blocks re-read it: the copy is one more pass
     (A·B with 1024² B: 16 rows lost 79 -> 71 GFLOPS, 32 rows 104 -> 108, 64 rows
     106 -> 132)."""
