@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
+import polytile as pt
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
@@ -21,6 +24,7 @@ from polytile.poly.kernel import Role, Statement
 from polytile.poly.reference import run_program_order
 from polytile.poly.schedule import initial_schedule, statements_below
 from polytile.search.space import SearchSpace
+from polytile.search.tasks import extract_tasks
 
 from kernels import mm_relu, random_inputs
 
@@ -115,3 +119,33 @@ def test_default_schedule_packs_a_transposed_input_and_matches_numpy() -> None:
 def test_packing_an_input_never_packs_an_output() -> None:
     with pytest.raises(IllegalSchedule, match=r"pack\(C, .*constant or input"):
         T.pack(initial_schedule(TRANSPOSED), "C", 1, 8)
+
+
+def test_a_compiled_model_packs_an_input_and_matches_onnxruntime() -> None:
+    """Gemm with transB and B an input (not a weight): the kernel copies B into panels in
+    a temporary of the model's arena, and the model's output is onnxruntime's."""
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["a", "b"], ["y"], transB=1)],
+        "gemm_bt",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [40, 24]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [48, 24]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onnx_bytes = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]
+    ).SerializeToString()
+    (task,) = extract_tasks(onnx_bytes)
+    schedule = default_schedule(task.kernel, DefaultConfig(vector_width=8))
+    assert [s.args["axis"] for s in schedule.trace if s.kind == "pack"] == [0]
+    rng = np.random.default_rng(3)
+    feeds = {
+        "a": rng.standard_normal((40, 24)).astype(np.float32),
+        "b": rng.standard_normal((48, 24)).astype(np.float32),
+    }
+    (got,) = pt.compile(onnx_bytes).run(feeds)
+    (want,) = ort.InferenceSession(onnx_bytes).run(None, feeds)
+    assert got.shape == want.shape == (40, 48) and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, feeds["a"] @ feeds["b"].T, rtol=1e-5, atol=1e-5)
