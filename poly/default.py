@@ -197,11 +197,8 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
         except IllegalSchedule:
             pass
     reduce_outer, middle, reduce_inner = list(reduce), [], []
-    tiles = cache_tiles(
-        [T.loop_extent(schedule, r) for r in reduce],
-        T.loop_extent(schedule, v0) if v0 != vec else 0,
-        config,
-    )
+    if v0 == vec:  # the vector loop was not split: no vector tiles to group
+        tiles = None
     if tiles is not None:  # B's panel stays in cache while the rows of A stream by
         try:
             schedule, (c0, c1) = T.split_named(schedule, v0, (None, tiles[1]))
@@ -361,7 +358,7 @@ def packed_inputs(
       its own (on a 2-vCPU Zen 3, A·Bᵀ at 1024³ 16 -> 174 GFLOPS, at 128³ 64 -> 94);
     - or its rows lie so nearly a multiple of L1's way apart that at least four times
       its ways of panel rows share one set (1024 floats apart: all 256 in one), and it
-      outgrows L2 (smaller ones stay there: 128³ lost 79 -> 65 GFLOPS). A·B 1024³
+      outgrows L2 (smaller ones stay there: 128³ lost 79 -> 73 GFLOPS). A·B 1024³
       112 -> 177, 512³ 137 -> 173, 2048³ 65 -> 155 GFLOPS (numpy 185). ResNet-50's 1x1
       convs over 56x56 pixels, rows 3136 floats apart, put 16 rows in each of 16 sets
       and lost 10-22% packed, so they are left alone.

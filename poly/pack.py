@@ -109,7 +109,7 @@ def pack(schedule: Schedule, tensor: str, axis: int, factor: int) -> Schedule:
     else:
         shape = packed_shape(t.shape, axis, factor)
         tensors[name] = Tensor(name, shape, t.dtype, Role.TEMP)
-        copy = _copy_statement(t, name, axis, factor, taken | set(schedule.loop_names()))
+        copy = _copy_statement(t, name, axis, factor, taken)
         statements.insert(kernel.statements.index(readers[0]), copy)
         body = _before_readers(schedule, copy, {s.name for s in readers}, taken | {copy.name})
     new_kernel = Kernel(kernel.name, tensors, tuple(statements))
@@ -139,7 +139,7 @@ def _before_readers(
 ) -> tuple[Node, ...]:
     """The schedule's body with the copy's own nest before the first top node that holds
     a reader."""
-    names = set(taken) | set(schedule.loop_names())
+    names = taken | set(schedule.loop_names())
     nest: Node = Leaf(copy.name)
     for dim in reversed(copy.dims):
         loop_name = unique_name(dim, names)
