@@ -415,23 +415,46 @@ def rows_first(
 ) -> str | None:
     """The row loop a conv plan walks outside its channel blocks, or None. Each channel
     block reads the whole input; larger than L2 (`tiles_first`), it streams from memory
-    once per block, while one band of input rows stays in cache across every block. Only
-    an unpadded conv (a strided 1x1 downsample: padding keeps its rows out of the
-    parallel loop) and a row loop long enough to share among the threads (four
-    iterations each: 7 rows on 2 threads lost 8%). On a 2-vCPU Zen 3 (512 KB L2), alone:
-    the stride-2 stems of SqueezeNet, ZFNet-512 and AlexNet 2.13 -> 1.01, 5.92 -> 3.53
-    and 1.47 -> 1.32 ms a call, ResNet-50's stride-2 1x1 convs 1.42-1.69 -> 1.31-1.45 ms
-    (one of four pairs even); ZFNet-512 0.84 -> 0.80x onnxruntime's latency (same turns)."""
-    if not main.domain_set().is_box():
-        return None
+    once per block, while one band of input rows stays in cache across every block. The
+    price is the weights, read whole once per row instead: taken while they fit half of
+    L2 or while they move fewer bytes (rows x weights against blocks x input). Only a
+    row loop long enough to share among the threads (four iterations each: 7 rows on 2
+    threads lost 8%), so that it is parallel alone (a padded row fused into the parallel
+    loop would take guards). On a 2-vCPU Zen 3 (512 KB L2), alone: the stride-2 stems of
+    SqueezeNet, ZFNet-512 and AlexNet 2.13 -> 1.01, 5.92 -> 3.53 and 1.47 -> 1.32 ms a
+    call, ResNet-50's stride-2 1x1 convs 1.42-1.69 -> 1.31-1.45 ms (one of four pairs
+    even); ZFNet-512 0.84 -> 0.80x onnxruntime's latency (same turns). Padded: ResNet-50's
+    stride-2 3x3 conv at 56x56 1.74 -> 1.54 ms, ShuffleNet's stem 198 -> 127 us, the 7x7
+    stems 1-5% faster; 3x3 convs of stride 1 (VGG-19's, ResNet-50's at 56x56) even."""
     channel = dim_of[plan.channel]
     for name in spatial:
         if name in (plan.channel, plan.row) or extent[name] < 4 * config.threads:
             continue
         if not any(depends(ld.index, dim_of[name]) for ld in loads(main.expr)):
             continue
-        return name if tiles_first(kernel, main.name, dim_of[name], channel, config) else None
+        if not tiles_first(kernel, main.name, dim_of[name], channel, config):
+            return None
+        weights = _bytes(kernel, main.name, channel, dim_of[name])
+        streamed = _bytes(kernel, main.name, dim_of[name], channel)
+        blocks = -(-extent[plan.channel] // plan.lanes)
+        rows = extent[name]
+        if weights <= config.cache_bytes // 2 or weights * rows < streamed * blocks:
+            return name
+        return None
     return None
+
+
+def _bytes(kernel: Kernel, stmt: str, along: str, not_along: str) -> int:
+    """The size of the tensors `stmt` reads along dim `along` but not `not_along`."""
+    tensors = {
+        ld.tensor
+        for ld in loads(kernel.statement[stmt].expr)
+        if depends(ld.index, along) and not depends(ld.index, not_along)
+    }
+    return sum(
+        math.prod(kernel.tensors[t].shape) * np.dtype(kernel.tensors[t].dtype).itemsize
+        for t in tensors
+    )
 
 
 #: the most pixel tiles `panel_chunk` puts below a weight chunk (the search space's

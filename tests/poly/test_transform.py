@@ -421,22 +421,33 @@ def test_default_register_block_is_twice_the_rows_where_two_fit(
 
 
 @pytest.mark.parametrize(
-    ("window", "height", "cache_bytes", "first"),
-    [(1, 32, 4096, "oh"), (1, 32, 1 << 20, None), (1, 12, 4096, None), (3, 32, 4096, None)],
+    ("window", "height", "width", "cache_bytes", "first"),
+    [
+        (1, 32, 16, 4096, "oh"),
+        (1, 32, 16, 1 << 20, None),
+        (1, 12, 16, 4096, None),
+        (3, 32, 16, 4096, None),
+        (3, 32, 32, 4096, None),
+        (3, 32, 48, 4096, "oh"),
+        (3, 32, 32, 10000, "oh"),
+    ],
 )
 def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input_outgrows_the_cache(
-    window: int, height: int, cache_bytes: int, first: str | None
+    window: int, height: int, width: int, cache_bytes: int, first: str | None
 ) -> None:
-    """Each of the two channel blocks of a conv plan reads the whole input (4 channels
+    """Each of the four channel blocks of a conv plan reads the whole input (4 channels
     of 32 x 16, 8 KB). Larger than the cache, the output rows go outermost, so a band of
-    input rows stays in cache across the blocks; not with a cache that holds it, with 6
-    output rows (too few to share among 2 threads at 4 each) or with a padded window.
-    The search space's default decisions build the same schedule; the reordered one
-    matches the reference."""
+    input rows stays in cache across the blocks; not with a cache that holds it, nor with
+    6 output rows (too few to share among 2 threads at 4 each). A 3x3 window's weights
+    (4.5 KB), read once per output row (16) instead, must either fit half the cache or
+    move fewer bytes than the blocks' input: 72 KB against 32 KB (16 columns) and 64 KB
+    (32) stay, against 96 KB (48) the rows go first, and so with 32 columns in a 10,000
+    byte cache. The search space's default decisions build the same schedule; the
+    reordered one, compiled, matches numpy."""
     w = np.random.default_rng(0).standard_normal((32, 4, window, window)).astype(np.float32)
     conv = kernel_from_node(
         helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[window // 2] * 4),
-        {"x": (1, 4, height, 16)},
+        {"x": (1, 4, height, width)},
         initializers={"w": w},
     )
     config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, cache_bytes=cache_bytes)
@@ -449,7 +460,14 @@ def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input
     assert space.plan is not None and space.default_decisions()["outer_first"] == first
     assert space.build(space.default_decisions()).trace == schedule.trace_json()
     if first is not None:  # the others keep the plan's order, tested elsewhere
-        assert_equivalent(schedule)
+        inputs = random_inputs(conv)
+        pad = window // 2
+        padded = np.pad(inputs["x"][0], ((0, 0), (pad, pad), (pad, pad)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (window, window), (1, 2))
+        want = np.einsum("cijkl,mckl->mij", windows[:, ::2, ::2], w)[None]
+        got = NativeKernel(schedule)(inputs)["y"]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(("panel_bytes", "chunk"), [(4096, 64), (8192, None)])
