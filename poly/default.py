@@ -10,7 +10,8 @@ before the reduction loops, every epilogue statement computed inside the output 
 the outer loops fused into one parallel loop. A convolution-like reduction puts its
 channels in vectors instead (`conv_plan`), unless its rows are long contiguous streams (a
 1×1 convolution on flattened planes, `poly.flatten`); its output rows go outside the
-channel blocks when its input outgrows L2 (`rows_first`), and over few pixels it reduces
+channel blocks when its input outgrows L2 and its weights are cheaper to re-read
+(`rows_first`), and over few pixels it reduces
 a chunk of channels at a time over all its pixel tiles (`panel_chunk`). Epilogue
 statements chained through temporaries (bias, residual add, ReLU) are inlined into one
 first. Other statements, and elementwise kernels, get a parallel outer loop (when there
@@ -392,16 +393,7 @@ def tiles_first(
     read whole once per block; larger than L2, it then streams from memory each time,
     while one tile of it stays in cache across all the blocks (ResNet-50's 256-channel
     1x1 convs at 56x56, 3.2 MB: cold 1.0 -> 0.64 ms and 2.6 -> 1.5 ms)."""
-    streamed = {
-        ld.tensor
-        for ld in loads(kernel.statement[stmt].expr)
-        if depends(ld.index, vec_dim) and not depends(ld.index, block_dim)
-    }
-    size = sum(
-        math.prod(kernel.tensors[t].shape) * np.dtype(kernel.tensors[t].dtype).itemsize
-        for t in streamed
-    )
-    return size > config.cache_bytes
+    return _bytes(kernel, stmt, vec_dim, block_dim) > config.cache_bytes
 
 
 def rows_first(
@@ -432,10 +424,10 @@ def rows_first(
             continue
         if not any(depends(ld.index, dim_of[name]) for ld in loads(main.expr)):
             continue
-        if not tiles_first(kernel, main.name, dim_of[name], channel, config):
+        streamed = _bytes(kernel, main.name, dim_of[name], channel)
+        if streamed <= config.cache_bytes:  # as `tiles_first`: the input stays in cache
             return None
         weights = _bytes(kernel, main.name, channel, dim_of[name])
-        streamed = _bytes(kernel, main.name, dim_of[name], channel)
         blocks = -(-extent[plan.channel] // plan.lanes)
         rows = extent[name]
         if weights <= config.cache_bytes // 2 or weights * rows < streamed * blocks:
