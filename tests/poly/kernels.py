@@ -11,6 +11,15 @@ from polytile.poly.expr import Load, binary, const, unary
 from polytile.poly.kernel import Kernel, Role, Statement, Tensor
 
 
+def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A valid (unpadded) NCHW convolution with stride 1, in float64."""
+    kh, kw = w.shape[2:]
+    oh, ow = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (kh, kw), (2, 3))
+    assert windows.shape[2:4] == (oh, ow)
+    return np.einsum("nchwij,mcij->nmhw", windows, w.astype(np.float64))
+
+
 def mm_relu(n: int = 8, m: int = 8, k: int = 8) -> Kernel:
     """TVM's mm_relu: Y = A @ B; C = max(Y, 0)."""
     a, b = Load("A", ("i", "k"), "float32"), Load("B", ("k", "j"), "float32")
