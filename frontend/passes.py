@@ -344,6 +344,59 @@ def _fold_gemm(
     return Node(gemm.name, "Gemm", (gemm.inputs[0], new_b, new_c), gemm.outputs, attrs), consts
 
 
+def sample_strided_1x1_convs(graph: Graph) -> Graph:
+    """A 1×1 Conv with strides and no padding reads one pixel in every stride: a Slice
+    with those steps samples its input into a dense tensor, and the Conv runs with unit
+    strides. Fusion keeps the Slice as the conv's prologue (materialized by default)."""
+    names = _Names(graph)
+    nodes: list[Node] = []
+    consts: dict[str, np.ndarray] = {}
+    types = dict(graph.types)
+    for node in graph.nodes:
+        strides = _pointwise_strides(graph, node)
+        if strides is None:
+            nodes.append(node)
+            continue
+        x = node.inputs[0]
+        spatial = graph.types[x].shape[2:]
+        params = {
+            "starts": [0] * len(spatial),
+            "ends": list(spatial),
+            "axes": list(range(2, 2 + len(spatial))),
+            "steps": list(strides),
+        }
+        inputs = [x]
+        for what, values in params.items():
+            name = names(f"{node.name}/sample_{what}")
+            consts[name] = np.array(values, dtype=np.int64)
+            inputs.append(name)
+        sampled = names(f"{x}/sampled")
+        slice_node = Node(names(f"{node.name}/sample"), "Slice", tuple(inputs), (sampled,), {})
+        attrs = {k: v for k, v in node.attrs.items() if k not in ("strides", "auto_pad", "pads")}
+        conv = Node(node.name, "Conv", (sampled, *node.inputs[1:]), node.outputs, attrs)
+        nodes += [slice_node, conv]
+        sizes = (-(-d // s) for d, s in zip(spatial, strides, strict=True))
+        shape = (*graph.types[x].shape[:2], *sizes)
+        types[sampled] = TensorType(shape, graph.types[x].dtype)
+    return _with_constants(graph.replace(types=types), nodes, consts)
+
+
+def _pointwise_strides(graph: Graph, node: Node) -> tuple[int, ...] | None:
+    """The strides of a strided 1×1 Conv without padding (None for any other node)."""
+    if node.op_type != "Conv" or node.domain or len(node.inputs) < 2:
+        return None
+    x, w = graph.types.get(node.inputs[0]), graph.types.get(node.inputs[1])
+    if x is None or w is None or len(x.shape) < 3 or any(k != 1 for k in w.shape[2:]):
+        return None
+    rank = len(x.shape) - 2
+    strides = tuple(int(s) for s in node.attrs.get("strides", (1,) * rank))
+    pads = node.attrs.get("pads", (0,) * 2 * rank)
+    # with a 1×1 kernel every auto_pad gives no padding and ⌈d/s⌉ outputs
+    if len(strides) != rank or all(s == 1 for s in strides) or any(int(p) for p in pads):
+        return None
+    return strides
+
+
 def eliminate_dead_code(graph: Graph) -> Graph:
     """Drop nodes no output depends on, and constants nothing reads."""
     digraph = graph.digraph
@@ -403,6 +456,12 @@ PASSES: tuple[Pass, ...] = (
         "fold_affine_into_anchor",
         fold_affine_into_anchor,
         "a per-channel scale / shift after Conv or Gemm is folded into its weights and bias",
+    ),
+    Pass(
+        "sample_strided_1x1_convs",
+        sample_strided_1x1_convs,
+        "a strided 1×1 conv gathers one pixel per cache line; sampled once, it is a dense "
+        "matrix product",
     ),
     Pass(
         "eliminate_dead_code",

@@ -8,6 +8,12 @@ product it is (`Y[m, p] = Σ_c W[m, c] X[c, p]`), whose contiguous axis is the w
 rather than one row of it: vectors and register tiles stay full on 7×7 and 14×14 images,
 and an epilogue fused into the tile streams along rows instead of striding across channel
 planes. A pooling over whole planes becomes a reduction along one contiguous axis.
+
+A prologue (a statement before the kernel's first reduction, which computes its input) that
+cannot merge its dims, because it gathers from another tensor at a stride, still writes
+the flattened temporary: its index becomes the row-major `h*W + w`. A strided 1×1 conv's
+sampled input (`frontend.passes.sample_strided_1x1_convs`) is such a prologue. What it
+reads stays as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING
 from . import isl_helpers as ih
 from .expr import Expr, Iter, Load, rewrite, walk
 from .kernel import Kernel, Statement, Tensor, mentions
+from .lower.base import affine_text
 
 if TYPE_CHECKING:
     from polytile.frontend.fusion import Group
@@ -66,9 +73,22 @@ def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> _Plane | None:
     return a, b, extents[0], extents[1]
 
 
+def _prologue(kernel: Kernel) -> set[str]:
+    """Statements before the first reduction (or init) that are neither: they may write a
+    flattened tensor through a row-major index instead of merging their own dims."""
+    found: set[str] = set()
+    for s in kernel.statements:
+        if s.reduction is not None or s.init_of is not None:
+            return found
+        found.add(s.name)
+    return set()  # no reduction: an elementwise kernel merges or stays as it is
+
+
 def flatten_planes(kernel: Kernel) -> Kernel:
     """The kernel with every tensor of rank ≥ 3 that all its statements touch as whole
-    bare planes merged along its two trailing axes (the kernel itself when none is)."""
+    bare planes merged along its two trailing axes (the kernel itself when none is); a
+    prologue statement that cannot merge writes such a tensor row-major."""
+    linear = _prologue(kernel)
     flat = {t.name for t in kernel.tensors.values() if len(t.shape) >= 3}
     for s in kernel.statements:  # a tensor not indexed by two bare dims at the end stays
         for tensor, index in _accesses(s):
@@ -83,17 +103,24 @@ def flatten_planes(kernel: Kernel) -> Kernel:
             if not touched:
                 continue
             pair = _plane(kernel, s, flat)
-            if pair is None:
-                flat -= touched
+            if pair is not None:
+                planes[s.name] = pair
+                continue
+            pinned = touched - {s.tensor} if s.name in linear else touched
+            if pinned:
+                flat -= pinned
                 break
-            planes[s.name] = pair
         else:
             break
+    # a tensor only linearized statements touch gains nothing from flattening
+    flat &= {t for s in kernel.statements if s.name in planes for t, _ in _accesses(s)}
     if not flat:
         return kernel
     tensors = {name: _flat_tensor(t) if name in flat else t for name, t in kernel.tensors.items()}
     statements = tuple(
-        _flat_statement(s, planes[s.name], flat) if s.name in planes else s
+        _flat_statement(s, planes[s.name], flat)
+        if s.name in planes
+        else _linear_statement(s, kernel, flat)
         for s in kernel.statements
     )
     return Kernel(kernel.name, tensors, statements)
@@ -129,3 +156,21 @@ def _flat_statement(s: Statement, plane: _Plane, flat: set[str]) -> Statement:
         index=tuple(str(i) for i in index(s.tensor, s.index)),
         expr=rewrite(s.expr, load),
     )
+
+
+def _linear_statement(s: Statement, kernel: Kernel, flat: set[str]) -> Statement:
+    """`s` with its accesses of flattened tensors row-major, `[.., h, w]` → `[.., h*W + w]`
+    (the same element: flattening keeps memory as it is); its own dims stay."""
+
+    def index(tensor: str, old: tuple) -> tuple:
+        if tensor not in flat:
+            return old
+        width = kernel.tensors[tensor].shape[-1]
+        return (*old[:-2], affine_text([(width, old[-2]), (1, old[-1])]))
+
+    def load(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.tensor in flat:
+            return Load(e.tensor, index(e.tensor, e.index), e.dtype)
+        return None
+
+    return replace(s, index=index(s.tensor, s.index), expr=rewrite(s.expr, load))

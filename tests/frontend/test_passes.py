@@ -242,3 +242,48 @@ def test_failing_fallback_evaluator_leaves_the_node_unfolded() -> None:
     ]
     graph = each_prefix(model(nodes, {"x": (2, 3, 1, 1, 1)}, {"y": None}, {"c": value}, opset=13))
     assert graph.types["y"].shape == (2, 3, 1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "attrs", "sampled"),
+    [
+        ((1, 8, 9, 7), {"strides": [2, 2]}, (1, 8, 5, 4)),
+        ((1, 8, 9, 7), {"strides": [3, 1], "pads": [0, 0, 0, 0]}, (1, 8, 3, 7)),
+        ((1, 8, 9, 7), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (1, 8, 5, 4)),
+        ((1, 8, 9, 7), {"strides": [2, 3], "group": 2, "dilations": [2, 2]}, (1, 8, 5, 3)),
+        ((2, 8, 11), {"strides": [4]}, (2, 8, 3)),
+        ((1, 8, 5, 4, 6), {"strides": [2, 1, 2]}, (1, 8, 3, 4, 3)),
+    ],
+)
+def test_a_strided_1x1_conv_samples_its_input(
+    x_shape: tuple[int, ...], attrs: dict, sampled: tuple[int, ...]
+) -> None:
+    """A Slice with the conv's strides as steps samples the input; the conv that reads
+    it has unit strides, and the pair computes what the strided conv did."""
+    group = attrs.get("group", 1)
+    w, b = weights(0, (6, 8 // group, *(1,) * (len(x_shape) - 2)), (6,))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)]
+    graph = each_prefix(model(nodes, {"x": x_shape}, {"y": None}, {"w": w, "b": b}))
+    assert [n.op_type for n in graph.nodes] == ["Slice", "Conv"]
+    slice_node, conv = graph.nodes
+    assert conv.inputs[0] == slice_node.outputs[0]
+    assert graph.types[conv.inputs[0]].shape == sampled
+    assert "strides" not in conv.attrs and "auto_pad" not in conv.attrs
+    assert conv.attrs.get("group", 1) == group
+
+
+@pytest.mark.parametrize(
+    ("kernel", "attrs"),
+    [
+        ((1, 1), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # padding is read too
+        ((3, 3), {"strides": [2, 2]}),  # a wider window reads every pixel
+        ((1, 1), {}),  # nothing to sample
+    ],
+)
+def test_other_convs_keep_their_strides(kernel: tuple[int, int], attrs: dict) -> None:
+    w, b = weights(0, (6, 8, *kernel), (6,))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)]
+    graph = each_prefix(model(nodes, {"x": (1, 8, 9, 7)}, {"y": None}, {"w": w, "b": b}))
+    assert [n.op_type for n in graph.nodes] == ["Conv"]
+    strides = graph.nodes[0].attrs.get("strides", (1, 1))
+    assert tuple(strides) == tuple(attrs.get("strides", (1, 1)))

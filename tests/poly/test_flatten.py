@@ -40,8 +40,9 @@ def conv1x1_add_relu(size: int, channels: int = 32) -> tuple[Kernel, dict, np.nd
 
 
 def by_source(k: Kernel, inputs: dict) -> dict:
-    """The inputs keyed by the kernel's tensor names, reshaped to the kernel's shapes."""
-    return {t.name: inputs[t.source].reshape(t.shape) for t in k.inputs()}
+    """The inputs (by ONNX name, or by name in a DSL kernel) keyed by the kernel's tensor
+    names, reshaped to the kernel's shapes."""
+    return {t.name: inputs[t.source or t.name].reshape(t.shape) for t in k.inputs()}
 
 
 def check(original: Kernel, flat: Kernel, inputs: dict, want: np.ndarray) -> None:
@@ -156,3 +157,41 @@ def test_an_elementwise_kernel_is_parallel_and_vectorized_by_default() -> None:
     np.testing.assert_allclose(got, np.maximum(x * 2 + 1, 0), rtol=1e-6)
     tiny = kernel("Y[i, j] = max(X[i, j] * 2 + 1, 0)", X=(2, 40))
     assert [lp.annotation for lp in default_schedule(tiny, CONFIG).loops_of("Y")] == ["", "vector"]
+
+
+def test_a_strided_1x1_conv_is_a_matrix_product_over_its_sampled_plane() -> None:
+    """The frontend samples a strided 1×1 conv's input (a Slice prologue). The prologue
+    cannot merge its dims, since it reads every other row and column of X, but it writes
+    the sampled plane row-major, so the conv still walks its output pixels in one loop."""
+    x = RNG.standard_normal((1, 16, 10, 7)).astype(np.float32)
+    w = RNG.standard_normal((24, 16, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2])]
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"w": w}))
+    flat = flatten_planes(k)
+    sample, init, conv = flat.statements
+    assert conv.reduction and conv.dims == ("n", "m", "oh_ow", "c")
+    assert flat.tensors[sample.tensor].shape == (1, 16, 20)  # 5 × 4 sampled pixels
+    assert len(sample.dims) == 4 and sample.index[-1] == f"4*{sample.dims[2]} + {sample.dims[3]}"
+    assert [t.shape for t in flat.inputs()] == [x.shape]  # what the prologue reads stays
+    want = np.einsum("chw,mc->mhw", x[0, :, ::2, ::2], w[:, :, 0, 0])[None]
+    check(k, flat, {"x": x}, want)
+
+
+def test_a_prologue_that_cannot_merge_keeps_what_it_reads() -> None:
+    """T = 2X merges on its own, but U (T transposed) cannot: U goes row-major for the
+    product that reads it, and T and X keep their planes."""
+    w = RNG.standard_normal((6, 3)).astype(np.float32)
+    k = kernel(
+        "T[i, c, h, v] = X[i, c, h, v] * 2",
+        "U[i, c, v, h] = T[i, c, h, v]",
+        "Y[i, m, v, h] += U[i, c, v, h] * W[m, c]",
+        X=(1, 3, 4, 5),
+        W=w,
+    )
+    flat = flatten_planes(k)
+    shapes = {t.source or t.name: t.shape for t in flat.tensors.values()}
+    assert shapes["X"] == (1, 3, 4, 5) and shapes["T"] == (1, 3, 4, 5)
+    assert shapes["U"] == (1, 3, 20) and shapes["Y"] == (1, 6, 20)
+    x = RNG.standard_normal((1, 3, 4, 5)).astype(np.float32)
+    want = np.einsum("chv,mc->mvh", 2 * x[0], w)[None]
+    check(k, flat, {"X": x}, want)
