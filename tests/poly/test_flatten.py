@@ -169,7 +169,7 @@ def test_a_strided_1x1_conv_is_a_matrix_product_over_its_sampled_plane() -> None
     k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"w": w}))
     flat = flatten_planes(k)
     sample, init, conv = flat.statements
-    assert conv.reduction and conv.dims == ("n", "m", "oh_ow", "c")
+    assert conv.reduction and conv.dims == ("n", "m", "oh_ow", "c") and init.init_of == conv.name
     assert flat.tensors[sample.tensor].shape == (1, 16, 20)  # 5 × 4 sampled pixels
     assert len(sample.dims) == 4 and sample.index[-1] == f"4*{sample.dims[2]} + {sample.dims[3]}"
     assert [t.shape for t in flat.inputs()] == [x.shape]  # what the prologue reads stays
