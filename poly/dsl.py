@@ -51,7 +51,7 @@ import re
 import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 import numpy as np
@@ -63,6 +63,9 @@ from . import isl_helpers as ih
 from .expr import Cast, Const, Expr, Iter, Load, binary, const, loads, select, unary
 from .kernel import Kernel, Role, Statement, Tensor
 from .reference import identity
+
+if TYPE_CHECKING:
+    from polytile.frontend import OptimizeConfig
 
 __all__ = ["kernel", "kernel_from_node"]
 
@@ -720,13 +723,16 @@ def kernel_from_node(
     dtype: str = "float32",
     dtypes: Mapping[str, str] | None = None,
     initializers: Mapping[str, np.ndarray] | None = None,
+    passes: OptimizeConfig | None = None,
 ) -> Kernel:
     """The kernel of a single ONNX node (a NodeProto, or a ModelProto), through the real
     frontend (import, optimize, partition) and lowering.
 
     For a NodeProto, `input_shapes` gives every non-constant input's shape, `dtype` /
     `dtypes` their element types, and `initializers` constant inputs (numpy arrays).
-    Kernel tensors are renamed isl-safe; `kernel.by_source(onnx_name)` finds them."""
+    `passes` selects the frontend passes (all by default), e.g. to study a kernel that a
+    pass would rewrite. Kernel tensors are renamed isl-safe; `kernel.by_source(onnx_name)`
+    finds them."""
     import onnx
 
     from polytile.frontend import import_model, optimize, partition
@@ -743,7 +749,7 @@ def kernel_from_node(
         given = {}
     else:
         raise InputError(f"kernel_from_node takes an onnx NodeProto or ModelProto, got {node!r}")
-    graph = optimize(import_model(model, input_shapes=given))
+    graph = optimize(import_model(model, input_shapes=given), passes)
     groups = partition(graph).groups
     if len(groups) == 1:
         return lower(graph, groups[0])
