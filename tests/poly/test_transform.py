@@ -20,7 +20,7 @@ from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import Block, build_ast, explain
 from polytile.poly.contract import private_temporaries
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default import DefaultConfig, conv_plan, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
@@ -29,7 +29,7 @@ from polytile.poly.reference import run_program_order
 from polytile.poly.schedule import Schedule, initial_schedule
 from polytile.search.space import SearchSpace
 
-from kernels import conv2d, mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
+from kernels import conv2d, float_model, mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
 
 
 def assert_equivalent(schedule: Schedule, seed: int = 0) -> None:
@@ -477,9 +477,9 @@ def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input
 def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pixel_tiles(
     panel_bytes: int, chunk: int | None
 ) -> None:
-    """Two channel blocks of 16 over 5 x 5 pixels (flattened as compile does: five row
-    tiles of 5) and 128 input
-    channels: each block's 8 KB of weights is read once per row tile. With a 4 KB panel
+    """Two channel blocks of 16 over 5 x 5 pixels (flattened as compile does: seven row
+    tiles of 4, the last one partial) and 128 input channels: each block's 8 KB of
+    weights is read once per row tile. With a 4 KB panel
     the channels are reduced 64 at a time with every row tile below, the block's outputs
     (1.6 KB) reloaded per chunk; with 8 KB the chunk (128) is the whole reduction, so
     nothing changes. The space's default decisions build the same schedule; compiled,
@@ -501,9 +501,9 @@ def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pix
     else:
         assert [(n, e) for n, e in loops][1:] == [
             ("c0", 2),
-            ("oh_ow0", 5),
+            ("oh_ow0", 7),
             ("c1", chunk),
-            ("oh_ow1", 5),
+            ("oh_ow1", 4),
             ("m1", 16),
         ]
     space = SearchSpace(conv, config=config)
@@ -512,5 +512,42 @@ def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pix
     inputs = random_inputs(conv)
     got = NativeKernel(schedule)(inputs)["y"]
     want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("pad", "width", "block"),
+    [
+        (0, 26, 4),  # 24 columns: 4 rows, not 6 (which divides them)
+        (0, 17, 4),  # 15 columns: 4 rows and a partial block, not 5 (which divides them)
+        (0, 10, 8),  # 8 columns: the whole row
+        (1, 24, 8),  # a padded window keeps its 8 rows
+    ],
+)
+def test_a_conv_blocks_its_rows_in_parts_or_multiples_of_a_vector(
+    pad: int, width: int, block: int
+) -> None:
+    """The init and the epilogue in a register block's tile run in vectors along the row,
+    cut at multiples of the vector width over the whole row: a block of 3, 5 or 6 rows
+    splits them into guarded pieces in every tile, so the block takes 4 rows (half a
+    vector of 8) or 8. The space's default decisions build the same schedule; compiled,
+    it matches numpy."""
+    w = np.random.default_rng(0).standard_normal((16, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[pad] * 4),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    conv = kernel_from_node(float_model(nodes, {"x": (1, 3, 6, width)}, {"w": w}))
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    plan = conv_plan(conv, config)
+    assert plan is not None and plan.block == block
+    schedule = default_schedule(conv, config)
+    space = SearchSpace(conv, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    padded = np.pad(inputs["x"], ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    want = np.maximum(conv2d(padded, w), 0).astype(np.float32)
+    got = NativeKernel(schedule)(inputs)["y"]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
