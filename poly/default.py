@@ -154,21 +154,14 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     vec = spatial[-1]
     vec_dim = dim_of[vec]
     vec_loads = [ld for ld in loads(main.expr) if depends(ld.index, vec_dim)]
-    block = None
-    for name in reversed(spatial[:-1]):
-        if all(not depends(ld.index, dim_of[name]) for ld in vec_loads):
-            block = name
-            break
     width = narrow_vector(T.loop_extent(schedule, vec), config.vector_width)
     outer, inner = list(spatial), []
     v0 = vec
     extent = T.loop_extent(schedule, vec)
     factor = row_vectors(extent, width) * width
-    rows = config.rows
-    if block is not None and T.loop_extent(schedule, block) >= 2 * rows:
-        rows = gemm_block(T.loop_extent(schedule, block), config)
-    else:  # no loop long enough for two register blocks of the matrix-product plan
-        extents = {n: T.loop_extent(schedule, n) for n in spatial}
+    extents = {n: T.loop_extent(schedule, n) for n in spatial}
+    block, rows = register_block(vec_loads, spatial, dim_of, extents, config)
+    if block is None:  # no loop long enough for two register blocks of the matrix-product plan
         block = window_block(main, spatial, reduce, dim_of, extents, rows)
     block_dim = dim_of[block] if block is not None else None
     reduce_extents = [T.loop_extent(schedule, r) for r in reduce]
@@ -282,6 +275,34 @@ def padded_inputs(kernel: Kernel, main: str) -> list[str]:
         ):
             found += [w.name for w in writers]
     return found
+
+
+def register_block(
+    vec_loads: list[Load],
+    spatial: list[str],
+    dim_of: Mapping[str, str],
+    extent: Mapping[str, int],
+    config: DefaultConfig,
+) -> tuple[str | None, int]:
+    """The loop a matrix-product plan blocks in registers, and its rows: the innermost
+    spatial loop (the vector loop aside) that no operand of the vectors moves with, in
+    `gemm_block` rows where it holds two blocks of `config.rows`. Or one that they move
+    with only by group, as a grouped conv's input channel `68*floor(m/68) + c`, in the
+    most rows that never straddle a group (ShuffleNet's grouped 1x1 convs, 68 channels a
+    group: 133 -> 99 and 138 -> 112 us warm with 4 rows instead of none). (None,
+    `config.rows`) when neither holds two blocks."""
+    for name in reversed(spatial[:-1]):
+        dim, length = dim_of[name], extent[name]
+        if all(not depends(ld.index, dim) for ld in vec_loads):
+            if length >= 2 * config.rows:
+                return name, gemm_block(length, config)
+            break
+        for rows in range(gemm_block(length, config), 1, -1):
+            if length >= 2 * rows and all(
+                _uniform_in_blocks(ld.index, dim, rows) for ld in vec_loads
+            ):
+                return name, rows
+    return None, config.rows
 
 
 def window_block(

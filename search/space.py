@@ -44,7 +44,6 @@ from polytile.poly.default import (
     conv_plan,
     depends,
     epilogue,
-    gemm_block,
     main_statement,
     moving_reductions,
     narrow_vector,
@@ -52,6 +51,7 @@ from polytile.poly.default import (
     packed_inputs,
     panel_chunk,
     parallelize_outer,
+    register_block,
     row_tiles,
     row_vectors,
     rows_first,
@@ -271,12 +271,9 @@ class SearchSpace:
                 d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
                 d.update(otile_loop=vec, otile=tiles[1])
             vec_loads = [ld for ld in loads(self.main.expr) if depends(ld.index, self.dim_of[vec])]
-            for name in reversed(self.spatial[:-1]):
-                if not any(depends(ld.index, self.dim_of[name]) for ld in vec_loads):
-                    if self.extent[name] >= 2 * d["block"]:
-                        d["block_loop"] = name
-                        d["block"] = gemm_block(self.extent[name], self.config)
-                    break
+            d["block_loop"], d["block"] = register_block(
+                vec_loads, self.spatial, self.dim_of, self.extent, self.config
+            )
             if d["block_loop"] is None:
                 d["block_loop"] = window_block(
                     self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]

@@ -551,3 +551,32 @@ def test_a_conv_blocks_its_rows_in_parts_or_multiples_of_a_vector(
     got = NativeKernel(schedule)(inputs)["y"]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_grouped_1x1_conv_blocks_its_channels_within_a_group() -> None:
+    """Each of 4 groups of 16 output channels reads its own 16 input channels
+    (`16*floor(m/16) + c`), so the channels a register block holds must share a group: 4
+    rows (the most, up to 6, that divide 16), not none. The space's default decisions
+    build the same schedule; compiled, it matches numpy."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 16, 1, 1)).astype(np.float32)
+    conv = flatten_planes(
+        kernel_from_node(
+            helper.make_node("Conv", ["x", "w"], ["y"], group=4),
+            {"x": (1, 64, 8, 8)},
+            initializers={"w": w},
+        )
+    )
+    config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0)
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    unrolled = [lp for lp in schedule.loops_of(main) if lp.annotation == "unroll"]
+    assert [(lp.name[0], T.loop_extent(schedule, lp.name)) for lp in unrolled] == [("m", 4)]
+    space = SearchSpace(conv, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    x = inputs["x"].reshape(4, 16, 64)
+    want = np.einsum("gmc,gcp->gmp", w[:, :, 0, 0].reshape(4, 16, 16), x).reshape(1, 64, 64)
+    got = NativeKernel(schedule)(inputs)["y"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
