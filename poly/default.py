@@ -662,12 +662,13 @@ def _row_block(extent: int, largest: int, lanes: int, *, divisors: bool = True) 
     a vector of `lanes` divides or that divides one: the init and the epilogue in the
     block's tile run in vectors along the row, cut at multiples of `lanes` over the whole
     row, so a block of 3 or 6 splits them into guarded pieces in every tile (SqueezeNet's
-    stem, 111 columns: 1.02 -> 0.48 ms warm with 4 rows instead of 3; ZFNet-512's 0.60x,
-    AlexNet's 0.88x, ResNet-50's 1x1 convs over 7x7 pixels 0.88-0.90x with 4 instead of
-    6). Among those, one that divides the row (no partial tile) if `divisors`, else the
-    largest. A padded window takes the largest: its tiles at the border are emitted apart
-    anyway (`poly.tiles`), and ResNet-50's 3x3 conv at 56x56 ran 0.52 ms a call in the
-    model with 16 rows against 0.60 ms with 14."""
+    stem, 111 columns: 1.02 -> 0.48 ms warm with 4 rows instead of 3; ZFNet-512's and
+    AlexNet's stems 0.60x and 0.88x; ZFNet-512's 5x5 conv 1.06x and ResNet-50's 1x1 convs
+    over 7x7 pixels 0.88-1.09x, run to run, with 4 instead of 5 or 6). Among those, one
+    that divides the row (no partial tile) if `divisors`, else the largest. A padded
+    window takes the largest: its tiles at the border are emitted apart anyway
+    (`poly.tiles`), and ResNet-50's 3x3 conv at 56x56 ran 0.52 ms a call in the model with
+    16 rows against 0.60 ms with 14."""
     if extent <= largest + largest // 2:
         return extent
     sizes = [n for n in range(largest, 0, -1) if n % lanes == 0 or lanes % n == 0]
