@@ -353,7 +353,7 @@ def sample_strided_1x1_convs(graph: Graph) -> Graph:
     consts: dict[str, np.ndarray] = {}
     types = dict(graph.types)
     for node in graph.nodes:
-        strides = _pointwise_strides(graph, node)
+        strides = _strided_1x1(graph, node)
         if strides is None:
             nodes.append(node)
             continue
@@ -369,19 +369,21 @@ def sample_strided_1x1_convs(graph: Graph) -> Graph:
         for what, values in params.items():
             name = names(f"{node.name}/sample_{what}")
             consts[name] = np.array(values, dtype=np.int64)
+            types[name] = TensorType(consts[name].shape, "int64")
             inputs.append(name)
         sampled = names(f"{x}/sampled")
         slice_node = Node(names(f"{node.name}/sample"), "Slice", tuple(inputs), (sampled,), {})
+        ctx = InferContext(
+            slice_node, [types[i] for i in inputs], [consts.get(i) for i in inputs], graph.opset
+        )
+        (types[sampled],) = OPS["Slice"].infer(ctx)
         attrs = {k: v for k, v in node.attrs.items() if k not in ("strides", "auto_pad", "pads")}
         conv = Node(node.name, "Conv", (sampled, *node.inputs[1:]), node.outputs, attrs)
         nodes += [slice_node, conv]
-        sizes = (-(-d // s) for d, s in zip(spatial, strides, strict=True))
-        shape = (*graph.types[x].shape[:2], *sizes)
-        types[sampled] = TensorType(shape, graph.types[x].dtype)
     return _with_constants(graph.replace(types=types), nodes, consts)
 
 
-def _pointwise_strides(graph: Graph, node: Node) -> tuple[int, ...] | None:
+def _strided_1x1(graph: Graph, node: Node) -> tuple[int, ...] | None:
     """The strides of a strided 1×1 Conv without padding (None for any other node)."""
     if node.op_type != "Conv" or node.domain or len(node.inputs) < 2:
         return None

@@ -436,9 +436,10 @@ def rows_first(
     loop would take guards). On a 2-vCPU Zen 3 (512 KB L2), alone: the stride-2 stems of
     SqueezeNet, ZFNet-512 and AlexNet 2.13 -> 1.01, 5.92 -> 3.53 and 1.47 -> 1.32 ms a
     call, ResNet-50's stride-2 1x1 convs 1.42-1.69 -> 1.31-1.45 ms (one of four pairs
-    even); ZFNet-512 0.84 -> 0.80x onnxruntime's latency (same turns). Padded: ResNet-50's
-    stride-2 3x3 conv at 56x56 1.74 -> 1.54 ms, ShuffleNet's stem 198 -> 127 us, the 7x7
-    stems 1-5% faster; 3x3 convs of stride 1 (VGG-19's, ResNet-50's at 56x56) even."""
+    even; compile now samples their input first, `sample_strided_1x1_convs`); ZFNet-512
+    0.84 -> 0.80x onnxruntime's latency (same turns). Padded: ResNet-50's stride-2 3x3
+    conv at 56x56 1.74 -> 1.54 ms, ShuffleNet's stem 198 -> 127 us, the 7x7 stems 1-5%
+    faster; 3x3 convs of stride 1 (VGG-19's, ResNet-50's at 56x56) even."""
     channel = dim_of[plan.channel]
     for name in spatial:
         if name in (plan.channel, plan.row) or extent[name] < 4 * config.threads:
