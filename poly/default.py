@@ -202,7 +202,11 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             reduce = [r0, r1]
         except IllegalSchedule:
             pass
-    if (
+    gathered = [n for n in gathered_loops(schedule.kernel, main, spatial, dim_of) if n in outer]
+    if gathered:  # the vector loop is the last spatial one: its tiles are the row tiles
+        row = outer[len(spatial) - 1]
+        outer = gather_inside(schedule, main, outer, gathered, [], row, config)
+    elif (
         tiles is None
         and v0 != vec
         and block is not None
@@ -218,7 +222,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if first_reduce is not None:
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
     above = current[: current.index(first_reduce)] if first_reduce is not None else current
-    tile_loop = [n for n in above if n not in inner][-1]
+    tile_loop = gathered[-1] if gathered else [n for n in above if n not in inner][-1]
     for stmt in epilogue(schedule.kernel, main):
         schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
     innermost = current[-1]
@@ -585,7 +589,11 @@ def _conv_plan(
     lanes = config.vector_width
     row = spatial[-1]
     row_dim = dim_of[row]
-    if not streaming and _streams(schedule, main, row, row_dim, lanes):
+    # an epilogue gathering across the result takes channel vectors: vectors along its
+    # rows split each of its pieces into full and partial tiles, which together exhaust
+    # isl's AST budget (a Winograd conv's four output pieces over 16x16 tiles)
+    gathers = bool(gathered_loops(schedule.kernel, main, spatial, dim_of))
+    if not streaming and not gathers and _streams(schedule, main, row, row_dim, lanes):
         return None
     reduce = [n for n, d in dim_of.items() if d in main.reduction_dims]
     padded = not main.domain_set().is_box()
@@ -693,9 +701,11 @@ def _schedule_conv(
     schedule = _try(schedule, lambda s: T.pack(s, plan.weight, plan.axis, plan.lanes))
     outer = list(spatial)
     c1 = plan.channel
+    lead = []  # the channel tiles
     if T.loop_extent(schedule, plan.channel) > plan.lanes:
         schedule, (c0, c1) = T.split_named(schedule, plan.channel, (None, plan.lanes))
         outer[outer.index(plan.channel)] = c0
+        lead = [c0]
     else:  # one vector holds every channel
         outer.remove(plan.channel)
     rows = plan.row
@@ -705,10 +715,17 @@ def _schedule_conv(
         outer[outer.index(plan.row)] = rows
     else:
         outer.remove(plan.row)
-    first = rows_first(schedule.kernel, main, spatial, dim_of, extents, plan, config)
+    gathered = [n for n in gathered_loops(schedule.kernel, main, spatial, dim_of) if n in outer]
+    first = (
+        None
+        if gathered
+        else rows_first(schedule.kernel, main, spatial, dim_of, extents, plan, config)
+    )
     if first is not None:
         outer.remove(first)
         outer.insert(0, first)
+    if gathered:
+        outer = gather_inside(schedule, main, outer, gathered, lead, rows, config)
     # padding makes the reduction's range depend on the row: the row block goes above
     # the reduction loops that move along the row, so its own bounds stay constant
     padded = not main.domain_set().is_box()
@@ -731,6 +748,8 @@ def _schedule_conv(
         schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
     above = current[: current.index(first_reduce)] if first_reduce is not None else current
     tile_loop = next((n for n in reversed(above) if n in outer), None)
+    if gathered:  # the epilogue runs once every gathered point of the tile is computed
+        tile_loop = gathered[-1]
     if tile_loop is not None:
         for stmt in epilogue(schedule.kernel, main):
             schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
@@ -774,6 +793,52 @@ def pack_weights(
                 )
                 break
     return schedule
+
+
+def gathered_loops(
+    kernel: Kernel, main: Statement, spatial: list[str], dim_of: Mapping[str, str]
+) -> list[str]:
+    """The main statement's output loops that its epilogue reads across: an epilogue
+    load of its result at a constant index where the main statement writes a dim
+    (Winograd's output transform combines all 16 transformed points `e` of a tile,
+    `M[0, m, ty, tx] + M[1, m, ty, tx] + ...`). Walked outside the epilogue's tile, such
+    a loop would hold the whole result of every point in memory before the epilogue reads
+    it back."""
+    statements = {s.name: s for s in kernel.statements}
+    dims = set()
+    for name in epilogue(kernel, main):
+        for ld in loads(statements[name].expr):
+            if ld.tensor != main.tensor:
+                continue
+            for entry, written in zip(ld.index, main.index, strict=True):
+                if str(entry).isdigit() and written in main.dims:
+                    dims.add(written)
+    return [n for n in spatial if dim_of[n] in dims]
+
+
+def gather_inside(
+    schedule: Schedule,
+    main: Statement,
+    outer: list[str],
+    gathered: list[str],
+    lead: list[str],
+    row: str | None,
+    config: DefaultConfig,
+) -> list[str]:
+    """The outer loops with `lead` (the channel tiles) first and the gathered loops right
+    after them while one lead tile's result fits in L2, else last but outside the row
+    tiles `row`: the epilogue, computed in the gathered loops' last iteration, then finds
+    the result in cache, and every gathered point of the tile reuses its weights across
+    the rows. A Winograd conv over 28x28 with 128 channels took 844 us with its 16 points
+    outside the rows and 938 us inside; over 224x224 with 64 channels (12.8 MB of points
+    a tile) 22.2 ms outside and 20.5 ms inside, where VGG-19 took 7.97x onnxruntime's time
+    with the points' result in memory and the pieces across the row tiles."""
+    rest = [n for n in outer if n not in gathered and n not in lead]
+    t = schedule.kernel.tensors[main.tensor]
+    tiles = math.prod(T.loop_extent(schedule, n) for n in lead)
+    held = math.prod(t.shape) * np.dtype(t.dtype).itemsize // tiles
+    at = rest.index(row) if held > config.cache_bytes and row in rest else 0
+    return [*lead, *rest[:at], *gathered, *rest[at:]]
 
 
 def epilogue(kernel: Kernel, main: Statement) -> list[str]:

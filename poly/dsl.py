@@ -67,6 +67,8 @@ from .reference import identity
 if TYPE_CHECKING:
     from polytile.frontend import OptimizeConfig
 
+    from .lower.base import LowerConfig
+
 __all__ = ["kernel", "kernel_from_node"]
 
 REDUCTIONS = {"+=": "sum", "*=": "prod", "max=": "max", "min=": "min"}
@@ -724,6 +726,7 @@ def kernel_from_node(
     dtypes: Mapping[str, str] | None = None,
     initializers: Mapping[str, np.ndarray] | None = None,
     passes: OptimizeConfig | None = None,
+    lowering: LowerConfig | None = None,
 ) -> Kernel:
     """The kernel of a single ONNX node (a NodeProto, or a ModelProto), through the real
     frontend (import, optimize, partition) and lowering.
@@ -731,8 +734,8 @@ def kernel_from_node(
     For a NodeProto, `input_shapes` gives every non-constant input's shape, `dtype` /
     `dtypes` their element types, and `initializers` constant inputs (numpy arrays).
     `passes` selects the frontend passes (all by default), e.g. to study a kernel that a
-    pass would rewrite. Kernel tensors are renamed isl-safe; `kernel.by_source(onnx_name)`
-    finds them."""
+    pass would rewrite, and `lowering` the compute definitions. Kernel tensors are renamed
+    isl-safe; `kernel.by_source(onnx_name)` finds them."""
     import onnx
 
     from polytile.frontend import import_model, optimize, partition
@@ -752,7 +755,7 @@ def kernel_from_node(
     graph = optimize(import_model(model, input_shapes=given), passes)
     groups = partition(graph).groups
     if len(groups) == 1:
-        return lower(graph, groups[0])
+        return lower(graph, groups[0], lowering)
     if not groups:
         raise InputError(
             f"model '{graph.name}': nothing is left to compute after optimization "
@@ -761,7 +764,8 @@ def kernel_from_node(
     nodes = [n for g in groups for n in g.nodes]
     produced = {t for g in groups for t in g.outputs}
     inputs = list(dict.fromkeys(t for g in groups for t in g.inputs if t not in produced))
-    return lower_group(graph, nodes, inputs, graph.outputs, name=f"{graph.name}_node")
+    name = f"{graph.name}_node"
+    return lower_group(graph, nodes, inputs, graph.outputs, name=name, config=lowering)
 
 
 def _one_node_model(

@@ -30,13 +30,17 @@ if TYPE_CHECKING:
     from polytile.frontend.fusion import Group
     from polytile.frontend.graph import Graph
 
+    from .lower.base import LowerConfig
 
-def kernel_of(graph: Graph, group: Group) -> Kernel:
+
+def kernel_of(graph: Graph, group: Group, config: LowerConfig | None = None) -> Kernel:
     """A fused group's kernel as `compile`, task extraction and `explain` see it: lowered,
-    then its whole planes flattened."""
+    its elementwise consumers of strided pieces folded into them, then its whole planes
+    flattened."""
+    from .fold import fold_into_writers
     from .lower import lower
 
-    return flatten_planes(lower(graph, group))
+    return flatten_planes(fold_into_writers(lower(graph, group, config)))
 
 
 def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:

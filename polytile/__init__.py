@@ -16,6 +16,7 @@ _LAZY = {
     "ScheduleHandle": ("polytile.poly.api", "ScheduleHandle"),
     "default_schedule": ("polytile.poly.default", "default_schedule"),
     "compile": ("polytile.compiler", "compile"),
+    "LowerConfig": ("polytile.poly.lower.base", "LowerConfig"),
     "load": ("polytile.runtime", "load"),
     "CompiledModel": ("polytile.runtime", "CompiledModel"),
     "InferenceSession": ("polytile.session", "InferenceSession"),
@@ -26,6 +27,7 @@ _LAZY = {
 __all__ = [
     "CompiledModel",
     "InferenceSession",
+    "LowerConfig",
     "ScheduleHandle",
     "SessionOptions",
     "__version__",

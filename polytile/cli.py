@@ -102,7 +102,7 @@ def print_kernels(
     machine (its vector width and threads): the best verified tuning record, else the
     default schedule; as C-like code."""
     from polytile.codegen.target import host
-    from polytile.compiler import default_config, replay_record, tuned_records
+    from polytile.compiler import default_config, lower_config, replay_record, tuned_records
     from polytile.poly.ast import explain
     from polytile.poly.canonical import canonicalize
     from polytile.poly.default import default_schedule
@@ -121,7 +121,7 @@ def print_kernels(
     config = default_config(target)
     tuned = tuned_records(records, target)
     for group in selected:
-        lowered = kernel_of(graph, group)
+        lowered = kernel_of(graph, group, lower_config(target))
         kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
         record = tuned.get(kernel.workload_key())
         tuned_schedule = replay_record(kernel, record)

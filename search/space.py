@@ -44,6 +44,8 @@ from polytile.poly.default import (
     conv_plan,
     depends,
     epilogue,
+    gather_inside,
+    gathered_loops,
     main_statement,
     moving_reductions,
     narrow_vector,
@@ -125,6 +127,8 @@ class SearchSpace:
         self.extent = {n: T.loop_extent(base, n) for n in loops}
         self.padded = not self.main.domain_set().is_box()
         self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
+        #: output loops the epilogue reads across, walked inside the epilogue's tile
+        self.gathered = gathered_loops(kernel, self.main, self.spatial, dim_of)
         #: channels in vectors, rows in registers: the default's plan, or for a kernel
         #: whose rows stream (a 1×1 conv, where the default vectorizes the pixels) the
         #: other orientation, sampled as often as that one
@@ -249,6 +253,8 @@ class SearchSpace:
                 self.plan,
                 self.config,
             )
+            if self.gathered:  # as the default: the channel tiles outside the gathered loops
+                d["outer_first"] = self.plan.channel
             chunk = panel_chunk(
                 self.kernel, self.main, self.reduce, self.extent, self.plan, self.config
             )
@@ -279,7 +285,12 @@ class SearchSpace:
                     self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]
                 )
             block = d["block_loop"]
-            if tiles is None and block is not None and d["vec_loop"] is not None:
+            if (
+                tiles is None
+                and block is not None
+                and d["vec_loop"] is not None
+                and not self.gathered
+            ):
                 dims = self.dim_of[vec], self.dim_of[block]
                 if tiles_first(self.kernel, self.main.name, *dims, self.config):
                     d["outer_first"] = vec
@@ -394,6 +405,11 @@ class SearchSpace:
             # tile stays in cache across the blocks instead of streaming once per block
             outer.remove(first[0])
             outer.insert(0, first[0])
+        gathered = [h for n in self.gathered for h in heads[n]]
+        if gathered:  # as the default: inside the other loops, outside the row tiles
+            lead = [o for o in first[:1] if o not in gathered]
+            row = (heads.get(self.spatial[-1]) or [None])[0]  # the row tiles
+            outer = gather_inside(schedule, main, outer, gathered, lead, row, self.config)
         middle: list[str] = []
         tiled = heads.get(d["otile_loop"], [])
         if tiled:  # the outer part of a blocked loop, or the whole loop
@@ -435,6 +451,8 @@ class SearchSpace:
         if spatial_outer:
             depth = min(d["epilogue_depth"], len(spatial_outer) - 1)
             tile = spatial_outer[len(spatial_outer) - 1 - depth]
+            if gathered and gathered[-1] in spatial_outer:  # counted from the gathered loop
+                tile = spatial_outer[max(spatial_outer.index(gathered[-1]) - depth, 0)]
             for stmt in self._epilogue(schedule.kernel):
                 schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
         if vec_inner:

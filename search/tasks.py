@@ -11,6 +11,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.canonical import canonicalize
 from polytile.poly.flatten import kernel_of
 from polytile.poly.kernel import Kernel
+from polytile.poly.lower.base import LowerConfig
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,22 @@ class Task:
 
 
 def extract_tasks(
-    model: ModelSource | Graph, input_shapes: Mapping[str, Sequence[int]] | None = None
+    model: ModelSource | Graph,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    lowering: LowerConfig | None = None,
 ) -> list[Task]:
+    """The model's distinct kernels as `compile` lowers them: with `lowering`, by default
+    this machine's (`polytile.compiler.lower_config`)."""
+    if lowering is None:
+        from polytile.codegen.target import host
+        from polytile.compiler import lower_config
+
+        lowering = lower_config(host())
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
     graph = optimize(graph)
     found: dict[str, Task] = {}
     for group in partition(graph).groups:
-        kernel, _ = canonicalize(kernel_of(graph, group))
+        kernel, _ = canonicalize(kernel_of(graph, group, lowering))
         key = kernel.workload_key()
         if key in found:
             t = found[key]

@@ -475,8 +475,10 @@ def tune(
     the evolutionary population start from samples only (an ablation)."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
+    from polytile.compiler import lower_config
+
     target = host(num_threads)
-    all_tasks = extract_tasks(model, input_shapes)
+    all_tasks = extract_tasks(model, input_shapes, lower_config(target))
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
         chosen = select_tasks(all_tasks, tasks)

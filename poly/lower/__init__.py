@@ -5,10 +5,10 @@ from polytile.frontend.graph import Graph
 
 from ..kernel import Kernel
 from . import elementwise, injective, nn, reduce  # noqa: F401  (each registers lowerings)
-from .base import LOWERINGS, LowerContext, identifier, lower_group, lowering
+from .base import LOWERINGS, LowerConfig, LowerContext, identifier, lower_group, lowering
 
 
-def lower(graph: Graph, group: Group) -> Kernel:
+def lower(graph: Graph, group: Group, config: LowerConfig | None = None) -> Kernel:
     """The kernel of one fused group of an optimized graph."""
     return lower_group(
         graph,
@@ -16,7 +16,16 @@ def lower(graph: Graph, group: Group) -> Kernel:
         group.inputs,
         group.outputs,
         name=f"{graph.name}_g{group.index}_{group.kind}",
+        config=config,
     )
 
 
-__all__ = ["LOWERINGS", "LowerContext", "identifier", "lower", "lower_group", "lowering"]
+__all__ = [
+    "LOWERINGS",
+    "LowerConfig",
+    "LowerContext",
+    "identifier",
+    "lower",
+    "lower_group",
+    "lowering",
+]

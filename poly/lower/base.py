@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,12 +75,26 @@ def affine_text(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class LowerConfig:
+    """Choices between compute definitions of the same op. `compile`, `tune` and
+    `explain` take the target's (`polytile.compiler.lower_config`), so that tuning
+    records name the kernels `compile` builds."""
+
+    #: stride-1 3x3 convs over large images as Winograd F(2x2, 3x3) (`lower.winograd`)
+    winograd: bool = True
+    #: the fewest input and output channels a Winograd conv has: its transforms cost
+    #: memory traffic per channel, its matrix product saves work per channel pair
+    winograd_channels: int = 16
+
+
 class _Builder:
     """Shared state while lowering one group: names, tensors, statements."""
 
-    def __init__(self, graph: Graph, name: str) -> None:
+    def __init__(self, graph: Graph, name: str, config: LowerConfig) -> None:
         self.graph = graph
         self.name = name
+        self.config = config
         self.taken: set[str] = set()
         self.ids: dict[str, str] = {}  # ONNX tensor name -> kernel tensor name
         self.tensors: dict[str, Tensor] = {}
@@ -100,6 +115,7 @@ class LowerContext:
         self._b = builder
         self.node = node
         self.graph = builder.graph
+        self.config = builder.config
 
     # --- node facts -------------------------------------------------------------------
     def type(self, onnx_name: str) -> TensorType:
@@ -159,6 +175,14 @@ class LowerContext:
         """A new temporary tensor private to this kernel."""
         name = self._b.fresh(f"{self.node.name}_{base}")
         self._b.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, Role.TEMP)
+        return name
+
+    def constant_tensor(self, base: str, value: np.ndarray) -> str:
+        """A new constant tensor of this kernel computed by the lowering (transformed
+        weights)."""
+        name = self._b.fresh(f"{self.node.name}_{base}")
+        shape = tuple(int(d) for d in value.shape)
+        self._b.tensors[name] = Tensor(name, shape, str(value.dtype), Role.CONSTANT, value)
         return name
 
     # --- building blocks --------------------------------------------------------------
@@ -251,9 +275,10 @@ def lower_group(
     inputs: Sequence[str],
     outputs: Sequence[str],
     name: str = "kernel",
+    config: LowerConfig | None = None,
 ) -> Kernel:
     """One kernel computing `outputs` from `inputs` with the given nodes (in order)."""
-    builder = _Builder(graph, identifier(name))
+    builder = _Builder(graph, identifier(name), config or LowerConfig())
     statements: list[Statement] = []
     for tensor in inputs:
         t = graph.types[tensor]

@@ -35,6 +35,7 @@ from polytile.frontend.ops.nn import (
 from ..expr import Cast, Expr, binary, const, unary
 from ..kernel import Statement
 from ..reference import identity
+from . import winograd
 from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 # --- helpers --------------------------------------------------------------------------------
@@ -173,6 +174,8 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     out, window = conv_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
     group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
+    if winograd.applies(ctx, window, group):
+        return winograd.conv(ctx, out, window)
     rank = x.rank - 2
     o, k = _spatial(rank, "o"), _spatial(rank, "k")
     out_dims = ("n", "m", *o)
@@ -197,6 +200,8 @@ def _conv_transpose(ctx: LowerContext) -> list[Statement]:
     out, window = conv_transpose_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
     group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
+    if winograd.applies(ctx, window, group):
+        return winograd.conv(ctx, out, window)
     rank = x.rank - 2
     o, k = _spatial(rank, "o"), _spatial(rank, "k")
     out_dims = ("n", "m", *o)
