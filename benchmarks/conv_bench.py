@@ -1,7 +1,10 @@
 """The 3x3 stride-1 convolutions of ResNet-50 and VGG-19 (Conv + bias + Relu, float32,
-seeded weights), each compiled as Winograd F(2x2, 3x3) (the default where it applies) and
-as a direct convolution (`LowerConfig(winograd=False)`), against onnxruntime, in
-interleaved turns of one process; writes benchmarks/results/conv-CPU.{json,md}.
+seeded weights), each compiled as Winograd F(2x2, 3x3) and as a direct convolution
+(`LowerConfig(winograd=False)`), against onnxruntime, in interleaved turns of one
+process; writes benchmarks/results/conv-CPU.{json,md}. `compile` picks between the two
+by channels (`polytile.compiler.lower_config`); these figures are where its threshold
+comes from. `--avx2` compiles polytile's code for the host's AVX2 subset (16 registers of
+8 floats) instead of AVX-512, and writes conv-CPU-avx2.{json,md}.
 
 Kernel times on small machines swing 1.5-2x between processes, so only the ratios of one
 run mean anything.
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +24,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
-from polytile.codegen.target import host
+from polytile.codegen.target import Target, host
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -53,12 +57,21 @@ def conv_model(c: int, m: int, side: int, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def bench(c: int, m: int, side: int, threads: int, turns: int, repeat: int) -> dict[str, float]:
+def avx2_of(target: Target) -> Target:
+    """The target without its AVX-512 (and AMX, AVX10) features: 256-bit vectors."""
+    off = ("+avx512", "+amx", "+avx10")
+    features = ",".join(f"-{f[1:]}" if f.startswith(off) else f for f in target.features.split(","))
+    return replace(target, features=features, vector_bits=min(target.vector_bits, 256))
+
+
+def bench(c: int, m: int, side: int, target: Target, turns: int, repeat: int) -> dict[str, float]:
     model = conv_model(c, m, side)
+    winograd = pt.LowerConfig(winograd_channels=1)
     runs = {
-        "winograd": pt.compile(model, num_threads=threads),
-        "direct": pt.compile(model, num_threads=threads, lowering=pt.LowerConfig(winograd=False)),
+        "winograd": pt.compile(model, target=target, lowering=winograd),
+        "direct": pt.compile(model, target=target, lowering=pt.LowerConfig(winograd=False)),
     }
+    threads = target.num_threads
     feeds = {"x": np.random.default_rng(1).standard_normal((1, c, side, side), np.float32)}
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -99,17 +112,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--turns", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--avx2", action="store_true", help="polytile's code without AVX-512")
     args = parser.parse_args()
+    target = host(args.threads)
+    if args.avx2:
+        target = avx2_of(target)
     rows = []
     for model, c, m, side, calls in SHAPES:
-        row = bench(c, m, side, args.threads, args.turns, args.repeat)
+        row = bench(c, m, side, target, args.turns, args.repeat)
         rows.append({"model": model, "c": c, "m": m, "side": side, "calls": calls, **row})
         print(rows[-1], flush=True)
-    cpu = host().cpu
+    cpu = target.cpu + ("-avx2" if args.avx2 else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"conv-{cpu}.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [
-        f"# 3x3 stride-1 Conv + bias + Relu, Winograd vs direct vs onnxruntime ({cpu})",
+        f"# 3x3 stride-1 Conv + bias + Relu, Winograd vs direct vs onnxruntime ({cpu}, "
+        f"{target.vector_bits}-bit vectors)",
         "",
         f"{args.threads} threads, median of {args.turns} interleaved turns (best of "
         f"{args.repeat} runs each); errors relative to onnxruntime's output scale.",

@@ -5,6 +5,7 @@ untransformed schedule and the direct conv."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -244,6 +245,28 @@ def test_its_default_schedule_walks_the_points_inside_the_channel_tiles() -> Non
         {t.name: by_source[t.source].reshape(t.shape) for t in direct.inputs()}
     )[direct.outputs()[0].name]
     np.testing.assert_allclose(got, ref.reshape(got.shape), rtol=1e-4, atol=1e-4)
+
+
+def test_sampled_and_mutated_winograd_candidates_match_the_untransformed_schedule() -> None:
+    """The search's candidates for a Winograd conv (its gathered loop placed as the
+    default does, the rest sampled and mutated) compute what the untransformed schedule
+    does, natively; the space proposes more than one program."""
+    (k,) = kernels_of(conv_model((1, 16, 28, 28), 16, residual=True, pads=[1, 1, 1, 1]))
+    space = SearchSpace(k, config=CONFIG)
+    rng = random.Random(0)
+    inputs = random_inputs(k)
+    (out,) = k.outputs()
+    want = NativeKernel(initial_schedule(k))(inputs)[out.name]
+    decisions = space.sample(rng)
+    traces = set()
+    for _ in range(6):
+        candidate = space.build(decisions)
+        got = NativeKernel(candidate.schedule)(inputs)[out.name]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        traces.add(str(candidate.trace))
+        decisions = space.mutate(decisions, rng)
+    assert len(traces) >= 2
 
 
 def test_a_direct_conv_gathers_nothing() -> None:
