@@ -52,6 +52,9 @@ class DefaultConfig:
     #: the cache tile of a long reduction and of the vector tiles (see `cache_tiles`)
     cache_reduction: int = 256
     cache_columns: int = 8
+    #: register blocks of rows that walk over one cache tile before the next (see
+    #: `cache_rows`; 0: all of them)
+    cache_rows: int = 16
     #: an operand larger than this (a core's L2: compile gives the host's), re-read for
     #: every register block, is walked tile by tile instead (see `tiles_first`). A Zen 3's
     #: 512 KB against 1 MB: ResNet-50 1.26 -> 1.20x onnxruntime's latency, same turns
@@ -200,6 +203,11 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             outer[outer.index(v0)] = c0
             reduce_outer, middle, reduce_inner = [r0], [c1], [r1]
             reduce = [r0, r1]
+            rows_tile = cache_rows(T.loop_extent(schedule, b0), config) if blocked else 0
+            if rows_tile:  # a band of A's rows walks over the panel while it is in L2
+                schedule, (a0, a1) = T.split_named(schedule, b0, (None, rows_tile))
+                outer[outer.index(b0)] = a0
+                middle.insert(0, a1)
         except IllegalSchedule:
             pass
     gathered = [n for n in gathered_loops(schedule.kernel, main, spatial, dim_of) if n in outer]
@@ -365,6 +373,18 @@ def cache_tiles(
     if vec_tiles < 2 * config.cache_columns:
         return None
     return config.cache_reduction, config.cache_columns
+
+
+def cache_rows(blocks: int, config: DefaultConfig) -> int:
+    """Register blocks of rows that walk over one cache tile (`cache_tiles`: a panel of B,
+    cache_reduction x cache_columns vectors) before the next tile, or 0 for all of them.
+    With the row blocks outside the tiles every block re-reads all of B, from L3 once it
+    outgrows L2; a band of `config.cache_rows` blocks reads each panel from L2 instead,
+    as BLAS's row panel of A does (on a 2-vCPU Intel AVX-512 host, A·B 1024³ 165 -> 261
+    GFLOPS, 2048³ 169 -> 246, numpy 293-305; ResNet-50's 1x1 convs over 512 channels
+    at 28x28 0.70 -> 0.64 and 1.26 -> 1.02 ms a call, the model 1.2-3.7% faster; the
+    other zoo models even)."""
+    return config.cache_rows if 0 < config.cache_rows < blocks else 0
 
 
 def packed_inputs(

@@ -38,6 +38,7 @@ from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.default import (
     DefaultConfig,
+    cache_rows,
     cache_tiles,
     chained_epilogue,
     compute_prologue,
@@ -74,6 +75,10 @@ BLOCKS = (1, 2, 3, 4, 6, 8)
 SECOND_BLOCKS = (1, 2, 3, 4)
 REDUCTION_TILES = (0, 4, 8, 16, 32, 64, 128, 256)
 OUTER_TILES = (0, 2, 4, 8, 16, 32)
+#: register blocks of rows walking over one cache tile (`poly.default.cache_rows`)
+ROW_TILES = (0, 4, 8, 16, 32)
+#: what a decision that a record of an older space lacks meant there
+ABSENT = {"row_tile": 0}
 RFACTORS = (8, 16, 32, 64)
 #: largest register block sampled from a loop's divisors (accumulators are registers)
 MAX_BLOCK = 16
@@ -173,6 +178,7 @@ class SearchSpace:
             "rtile": REDUCTION_TILES,
             "otile_loop": (None, *splittable),
             "otile": OUTER_TILES,
+            "row_tile": ROW_TILES,
             "outer_first": (None, *splittable),
             "epilogue_depth": (0, 1, 2, 3),
             "unroll": (True, False),
@@ -208,12 +214,17 @@ class SearchSpace:
 
     def complete(self, decisions: Mapping[str, Any]) -> Decisions:
         """Decisions from elsewhere (a record of an older search space) made whole: an
-        unknown key is dropped, a missing or impossible value takes the default's."""
-        default = self._default
-        return {
-            k: decisions[k] if k in decisions and decisions[k] in options else default[k]
-            for k, options in self._choices.items()
-        }
+        unknown key is dropped, a missing one what its absence meant there (`ABSENT`) or
+        else the default's, an impossible one the default's."""
+        completed = {}
+        for k, options in self._choices.items():
+            if k in decisions and decisions[k] in options:
+                completed[k] = decisions[k]
+            elif k not in decisions and k in ABSENT and ABSENT[k] in options:
+                completed[k] = ABSENT[k]
+            else:
+                completed[k] = self._default[k]
+        return completed
 
     def default_decisions(self) -> Decisions:
         """The sketch's version of `poly.default.default_schedule`."""
@@ -234,6 +245,7 @@ class SearchSpace:
             "rtile": 0,
             "otile_loop": None,
             "otile": 0,
+            "row_tile": 0,
             "outer_first": None,
             "epilogue_depth": 0,
             "unroll": True,
@@ -285,6 +297,8 @@ class SearchSpace:
                     self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]
                 )
             block = d["block_loop"]
+            if tiles is not None and block is not None:
+                d["row_tile"] = cache_rows(-(-self.extent[block] // d["block"]), self.config)
             if (
                 tiles is None
                 and block is not None
@@ -436,6 +450,13 @@ class SearchSpace:
                 reduce_inner.extend(parts[1:])
             else:
                 reduce_outer.append(loop)
+        rows = heads.get(d["block_loop"], []) if blocks["block_loop"] else []
+        if d["row_tile"] and reduce_inner and rows and rows[0] in outer:
+            # as the default: a band of row blocks walks over each cache tile
+            schedule, parts = self._split(schedule, rows[0], d["row_tile"])
+            if len(parts) == 2:
+                outer[outer.index(rows[0])] = parts[0]
+                middle.insert(0, parts[1])
         inner_block = [*blocks["block2_loop"], *blocks["block_loop"]]
         order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *low, *vec_inner]
         current = [lp.name for lp in schedule.loops_of(main.name)]

@@ -247,6 +247,29 @@ def test_its_default_schedule_walks_the_points_inside_the_channel_tiles() -> Non
     np.testing.assert_allclose(got, ref.reshape(got.shape), rtol=1e-4, atol=1e-4)
 
 
+def test_points_outgrowing_the_cache_are_walked_inside_the_image_rows() -> None:
+    """Where one channel tile's 16 points outgrow the cache (VGG-19's 64-channel conv at
+    224x224: 12.8 MB), the gathered loop goes below the image's rows, just outside the row
+    tiles, so each band of rows is gathered while it is in cache; the output still
+    matches the untransformed schedule."""
+    m = conv_model((1, 16, 28, 28), 32, residual=True, pads=[1, 1, 1, 1])
+    (k,) = kernels_of(m)
+    main = main_statement(k)
+    roomy = [lp.name for lp in default_schedule(k, CONFIG).loops_of(main.name)]
+    assert roomy.index("e") == 1  # right inside the channel tiles
+    schedule = default_schedule(k, replace(CONFIG, cache_bytes=4096))
+    loops = [lp.name for lp in schedule.loops_of(main.name)]
+    e = loops.index("e")
+    assert loops[e - 1].startswith("m0") and "ty" in loops[e - 1]  # rows fused in parallel
+    assert loops[e + 1].startswith("tx")  # the row tiles
+    inputs = random_inputs(k)
+    (out,) = k.outputs()
+    want = NativeKernel(initial_schedule(k))(inputs)[out.name]
+    got = NativeKernel(schedule)(inputs)[out.name]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_sampled_and_mutated_winograd_candidates_match_the_untransformed_schedule() -> None:
     """The search's candidates for a Winograd conv (its gathered loop placed as the
     default does, the rest sampled and mutated) compute what the untransformed schedule

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from polytile.codegen.native import NativeKernel
 from polytile.poly import transform as T
+from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import Schedule
 from polytile.poly.transform import replay
 from polytile.search.space import SearchSpace
 
@@ -238,7 +241,8 @@ def test_conv_hint_puts_channels_in_vectors_and_rows_in_registers() -> None:
     hinted = [space.sample(random.Random(s)) for s in range(40)]
     channel = [d for d in hinted if d["vec_loop"] == space.plan.channel]
     assert len(channel) >= 20  # the hint (70%) plus random picks
-    d = {**channel[0], "low_reduce": True, "block": 7, "unroll": True, "block2_loop": None}
+    hint = next(d for d in channel if d["block_loop"] == space.plan.row)
+    d = {**hint, "low_reduce": True, "block": 7, "unroll": True, "block2_loop": None}
     schedule = space.build(d).schedule
     loops = schedule.loops_of(space.main.name)
     marks = {lp.annotation for lp in loops}
@@ -320,7 +324,42 @@ def test_decisions_of_an_older_space_are_completed() -> None:
     assert set(d) == set(space.choices())
     assert (d["vec"], d["block"]) == (8, 3)  # kept
     assert d["otile"] == space.default_decisions()["otile"]  # not an option any more
+    assert d["row_tile"] == 0  # not a decision then: its absence meant no row tiles
     assert space.build(d).trace  # buildable
+
+
+def test_a_large_matrix_product_walks_bands_of_row_blocks_over_each_cache_tile() -> None:
+    """Past `cache_tiles` (a long reduction, many vector tiles) the default splits the
+    row blocks too: a band of `cache_rows` blocks sits below the reduction's cache tile,
+    next to the vector tiles, and the space's default decisions (`row_tile`) build the
+    same schedule; the result matches numpy."""
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(256, 512), B=(512, 256))
+    config = DefaultConfig(vector_width=8, cache_columns=2, cache_rows=4)
+    space = SearchSpace(k, config=config)
+    d = space.default_decisions()
+    assert d["row_tile"] == 4 and d["rtile_loop"] == "k"
+    schedule = default_schedule(k, config)
+    assert space.build(d).trace == schedule.trace_json()
+    loops = [lp.name for lp in schedule.loops_of("Y")]
+    k0 = next(n for n in loops if n.startswith("k"))
+    band = loops[loops.index(k0) + 1]
+    assert band.startswith("i") and T.loop_extent(schedule, band) == 4
+    blocks = -(-256 // d["block"])
+    assert T.loop_extent(schedule, loops[0]) == -(-blocks // 4)  # the bands
+    untiled = space.build({**d, "row_tile": 0}).schedule
+    assert not any(n.startswith("i") for n in untiled_after(untiled, "Y"))
+    a = RNG.standard_normal((256, 512)).astype(np.float32)
+    b = RNG.standard_normal((512, 256)).astype(np.float32)
+    got = NativeKernel(schedule)({"A": a, "B": b})["Y"]
+    assert got.shape == (256, 256) and got.dtype == np.float32
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def untiled_after(schedule: Schedule, stmt: str) -> list[str]:
+    """The loops between the reduction's outer part and the register block."""
+    loops = [lp.name for lp in schedule.loops_of(stmt)]
+    k0 = next(n for n in loops if n.startswith("k"))
+    return loops[loops.index(k0) + 1 : -2]
 
 
 def test_inlining_is_sampled_and_replays_from_json() -> None:
