@@ -111,8 +111,9 @@ _OPS = {
 }
 
 
-#: isl operations one AST generation may take: three times what the largest default
-#: schedule of the zoo needs (a Winograd conv's, about 1.2 million; 0.3 s). isl's AST
+#: isl operations one AST generation may take: over five times what the largest default
+#: schedule of the zoo needs (VGG-19's Winograd convs: between 0.6 and 0.75 million, with
+#: AVX-512 and with AVX2), room for the search's candidates of such kernels. isl's AST
 #: generator can blow up (minutes) on fused loops over guarded, non-divisible tiles;
 #: such a schedule is illegal rather than a hang.
 AST_OPERATIONS = 4_000_000

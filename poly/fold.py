@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from . import isl_helpers as ih
-from .expr import Cast, Expr, Iter, Load, rewrite, walk
+from .expr import Cast, Expr, Iter, Load, loads, rewrite, walk
 from .kernel import Kernel, Role, Statement
 
 
@@ -70,7 +70,7 @@ def _fold(kernel: Kernel, r: Statement) -> Kernel | None:
         return None
     if any(isinstance(e, Iter) for e in walk(r.expr)):
         return None
-    reads = loads(r)
+    reads = loads(r.expr)
     if not all(isinstance(i, str) for ld in reads for i in ld.index):
         return None
     for y in dict.fromkeys(ld.tensor for ld in reads):
@@ -79,7 +79,7 @@ def _fold(kernel: Kernel, r: Statement) -> Kernel | None:
             continue
         if any(ld.index != r.dims for ld in reads if ld.tensor == y):
             continue
-        if any(y in {ld.tensor for ld in loads(s)} for s in kernel.statements if s is not r):
+        if any(y in {ld.tensor for ld in loads(s.expr)} for s in kernel.statements if s is not r):
             continue
         writers = [s for s in kernel.statements if s.tensor == y]
         if not writers or not any(_strided(w) for w in writers):
@@ -92,17 +92,13 @@ def _fold(kernel: Kernel, r: Statement) -> Kernel | None:
         between = kernel.statements[order[writers[0].name] : order[r.name]]
         others = {ld.tensor for ld in reads if ld.tensor != y}
         if any(
-            s.tensor in others | {r.tensor} or r.tensor in {ld.tensor for ld in loads(s)}
+            s.tensor in others | {r.tensor} or r.tensor in {ld.tensor for ld in loads(s.expr)}
             for s in between
             if s.tensor != y
         ):
             continue
         return _folded(kernel, r, y, writers)
     return None
-
-
-def loads(s: Statement) -> list[Load]:
-    return [e for e in walk(s.expr) if isinstance(e, Load)]
 
 
 def _plain(w: Statement) -> bool:
@@ -112,7 +108,7 @@ def _plain(w: Statement) -> bool:
         and w.init_of is None
         and all(isinstance(i, str) and ih.linear(w.dims, i) is not None for i in w.index)
         and not any(isinstance(e, Iter) for e in walk(w.expr))
-        and w.tensor not in {ld.tensor for ld in loads(w)}
+        and w.tensor not in {ld.tensor for ld in loads(w.expr)}
     )
 
 

@@ -135,9 +135,10 @@ def lower_config(target: Target) -> LowerConfig:
     of channels in and out. Its transforms move every input and output pixel through
     memory again while its matrix product saves work per channel pair, and the wider the
     vectors the faster the direct conv already is: on a 2-vCPU Intel AVX-512 host,
-    against the direct conv in the same run (`benchmarks/conv_bench.py`, two runs), 64,
-    128, 256 and 512 channels took 1.79-1.91, 1.32-1.35, 1.03-1.04 and 0.82-0.85x its
-    time with 16 lanes and 1.23-1.28, 1.05-1.16, 0.80 and 0.73-0.76x with AVX2's 8."""
+    against the direct conv in the same run (`benchmarks/conv_bench.py`: ResNet-50's and
+    VGG-19's shapes), 64, 128, 256 and 512 channels took 1.79-1.91, 1.32-1.52, 1.03-1.04
+    and 0.82-0.85x its time with 16 lanes (two runs) and 1.23-1.38, 1.16, 0.80 and 0.76x
+    with AVX2's 8 (`--avx2`)."""
     return LowerConfig(winograd_channels=32 * target.lanes("float32"))
 
 

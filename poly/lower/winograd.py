@@ -100,12 +100,13 @@ def conv(ctx: LowerContext, out: TensorType, window: Window) -> list[Statement]:
     filters, top, left = conv_filters(ctx, window)
     node = ctx.node.name
     # the input with its padding, large enough for every tile's 4x4 block
-    padded = ctx.temp("padded", (n_, c_, 2 * th + 2, 2 * tw + 2), x.dtype)
     pdims = ("n", "c", "h", "v")
     pext = (n_, c_, 2 * th + 2, 2 * tw + 2)
+    padded = ctx.temp("padded", pext, x.dtype)
     inside = [f"h >= {top}", f"h < {top + h_}", f"v >= {left}", f"v < {left + w_}"]
+    border = [f"h < {top}", f"h >= {top + h_}", f"v < {left}", f"v >= {left + w_}"]
     copy = ctx.statement_name(f"{node}_pad")
-    border = ctx.statement_name(f"{node}_pad_border")
+    fill = ctx.statement_name(f"{node}_pad_border")
     source = ctx.load(
         ctx.node.inputs[0],
         ("n", "c", affine_text([(1, "h")], -top), affine_text([(1, "v")], -left)),
@@ -115,9 +116,9 @@ def conv(ctx: LowerContext, out: TensorType, window: Window) -> list[Statement]:
             copy, pdims, ctx.domain(copy, pdims, pext, " and ".join(inside)), padded, pdims, source
         ),
         Statement(
-            border,
+            fill,
             pdims,
-            ctx.domain(border, pdims, pext, " or ".join(_outside(inside))),
+            ctx.domain(fill, pdims, pext, " or ".join(border)),
             padded,
             pdims,
             ctx.const(0, x.dtype),
@@ -179,12 +180,3 @@ def conv(ctx: LowerContext, out: TensorType, window: Window) -> list[Statement]:
             index = ("n", "m", affine_text([(2, "ty")], p), affine_text([(2, "tx")], q))
             statements.append(Statement(name, odims, domain, ctx.output(), index, value))
     return statements
-
-
-def _outside(inside: list[str]) -> list[str]:
-    """The negation of each bound of `inside` (`h >= 1` → `h < 1`)."""
-    flipped = []
-    for bound in inside:
-        dim, op, value = bound.split()
-        flipped.append(f"{dim} {'<' if op == '>=' else '>='} {value}")
-    return flipped

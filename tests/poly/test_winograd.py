@@ -248,8 +248,8 @@ def test_its_default_schedule_walks_the_points_inside_the_channel_tiles() -> Non
 
 
 def test_points_outgrowing_the_cache_are_walked_inside_the_image_rows() -> None:
-    """Where one channel tile's 16 points outgrow the cache (VGG-19's 64-channel conv at
-    224x224: 12.8 MB), the gathered loop goes below the image's rows, just outside the row
+    """Where one channel tile's 16 points outgrow the cache (a 64-channel conv at 224x224
+    holds 12.8 MB of them), the gathered loop goes below the image's rows, just outside the row
     tiles, so each band of rows is gathered while it is in cache; the output still
     matches the untransformed schedule."""
     m = conv_model((1, 16, 28, 28), 32, residual=True, pads=[1, 1, 1, 1])
