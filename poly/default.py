@@ -7,12 +7,15 @@ width and vectorized, a second output dimension that the vectorized operand does
 depend on blocked by 4 and unrolled (so one loaded vector is reused by 4 accumulators),
 the reduction loops between the tile loops and the register block, the init placed just
 before the reduction loops, every epilogue statement computed inside the output tile, and
-the outer loops fused into one parallel loop. A convolution-like reduction puts its
-channels in vectors instead (`conv_plan`), unless its rows are long contiguous streams (a
-1×1 convolution on flattened planes, `poly.flatten`); its output rows go outside the
-channel blocks when its input outgrows L2 and its weights are cheaper to re-read
-(`rows_first`), and over few pixels it reduces
-a chunk of channels at a time over all its pixel tiles (`panel_chunk`). Epilogue
+the outer loops fused into one parallel loop; its vector tiles go outermost when the
+other operand stays cached and is cheaper to re-read (`weights_first`). A
+convolution-like reduction puts its channels in vectors instead (`conv_plan`), unless its
+rows are long contiguous streams (a 1×1 convolution on flattened planes,
+`poly.flatten`); its output rows go outside the channel blocks when its input outgrows
+L2 and its weights are cheaper to re-read (`rows_first`), over few pixels it reduces a
+chunk of channels at a time over all its pixel tiles (`panel_chunk`), and a 1×1
+convolution with a long reduction fills the registers and tiles its channels
+(`stream_tile`). Epilogue
 statements chained through temporaries (bias, residual add, ReLU) are inlined into one
 first. Other statements, and elementwise kernels, get a parallel outer loop (when there
 is enough work) and a vectorized inner loop. Every step is checked; an illegal one is
@@ -62,6 +65,11 @@ class DefaultConfig:
     #: the chunk of a conv plan's weights that stays in L1 across its pixel tiles (see
     #: `panel_chunk`)
     panel_bytes: int = 8192
+    #: a 1×1 conv whose pixels stream still takes channel vectors when it reduces over
+    #: at least this many channels (see `_conv_plan`; 0: never)
+    stream_reduction: int = 512
+    #: a matrix-product plan may walk its vector tiles outermost (see `weights_first`)
+    stream_weights: bool = True
     #: L1 as the panels of an input operand see it: rows `l1_way_bytes` apart share a set,
     #: which holds `l1_ways` lines (32 KB, 8 ways on x86 cores; see `packed_inputs`)
     l1_way_bytes: int = 4096
@@ -196,6 +204,15 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     reduce_outer, middle, reduce_inner = list(reduce), [], []
     if v0 == vec:  # the vector loop was not split: no vector tiles to group
         tiles = None
+    first = (
+        v0 != vec
+        and block is not None
+        and weights_first(
+            schedule.kernel, main.name, (vec_dim, -(-extent // factor)), (block_dim, blocks), config
+        )
+    )
+    if first:  # the tiles outermost, each reading all the (cached) weights
+        tiles = None
     if tiles is not None:  # B's panel stays in cache while the rows of A stream by
         try:
             schedule, (c0, c1) = T.split_named(schedule, v0, (None, tiles[1]))
@@ -214,7 +231,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if gathered:  # the vector loop is the last spatial one: its tiles are the row tiles
         row = outer[len(spatial) - 1]
         outer = gather_inside(schedule, main, outer, gathered, [], row, config)
-    elif (
+    elif first or (
         tiles is None
         and v0 != vec
         and block is not None
@@ -441,6 +458,37 @@ def tiles_first(
     return _bytes(kernel, stmt, vec_dim, block_dim) > config.cache_bytes
 
 
+def weights_first(
+    kernel: Kernel,
+    stmt: str,
+    tiles: tuple[str, int],
+    blocks: tuple[str, int],
+    config: DefaultConfig,
+) -> bool:
+    """Whether a matrix-product plan walks its vector tiles outermost, without cache
+    tiles: the operand read along the row blocks but not the vectors (a 1x1 conv's
+    weights) fits a quarter of L2, the one read along the vectors but not the blocks
+    (its input) outgrows an eighth, and re-reading the first per vector tile moves fewer
+    bytes than re-reading the second per block. The weights then come from L2 for every
+    pixel tile while each tile of the input stays in L1; with the blocks outside, every
+    block re-read the whole input. On a 2-vCPU Intel AVX-512 host (2 MB L2), calls in
+    the model: ResNet-50's 512->128 1x1 convs at 28x28 0.65-0.79 -> 0.38-0.39 ms
+    (onnxruntime 0.40), 64->64 at 56x56 0.20 -> 0.13, 512->256 at 28x28 0.93 -> 0.78;
+    the model 1.205-1.208 -> 1.151-1.163x onnxruntime's latency, DenseNet-121 1.028 ->
+    0.973x, SqueezeNet 1.52 -> 1.44x, the others even (same turns); alone, A·B with
+    few rows of A: 24x512x512 233 -> 304, 64x1024x1024 118 -> 213, 128x1024x2048 154 ->
+    255 GFLOPS (16x2048x2048 128 -> 112). Weights of half of L2
+    (1 MB: the 1x1 convs at 14x14) lost 0.45 -> 0.53 ms, and operands under an eighth
+    of it (the transformer's attention) lost 0.03 -> 0.06 ms."""
+    if not config.stream_weights:
+        return False
+    (vec_dim, vec_tiles), (block_dim, row_blocks) = tiles, blocks
+    weights = _bytes(kernel, stmt, block_dim, vec_dim)
+    streamed = _bytes(kernel, stmt, vec_dim, block_dim)
+    fits = weights <= config.cache_bytes // 4 < 2 * streamed
+    return fits and weights * vec_tiles < streamed * row_blocks
+
+
 def rows_first(
     kernel: Kernel,
     main: Statement,
@@ -530,6 +578,17 @@ def panel_chunk(
     return chunk if 2 * plan.lanes * pixels * size <= config.panel_bytes else None
 
 
+def stream_tile(reduce: list[str], schedule: Schedule, config: DefaultConfig) -> int:
+    """The channel tile of a 1×1 conv's channel plan with a long reduction (0: none): its
+    register block's accumulators are reloaded once per `config.cache_reduction`
+    channels. Measured, not understood: without the tiles LLVM spilled two of the 28
+    accumulators in the channel loop (1024->256 over 14x14 pixels, alone: 412 -> 350 us
+    with tiles of 64, 128 or 256 channels)."""
+    if len(reduce) != 1 or T.loop_extent(schedule, reduce[0]) <= config.cache_reduction:
+        return 0
+    return config.cache_reduction
+
+
 def row_tiles(extent: Mapping[str, int], plan: ConvPlan) -> int:
     """The register blocks a conv plan's row loop takes (the last one partial)."""
     return -(-extent[plan.row] // plan.block)
@@ -557,6 +616,11 @@ class ConvPlan:
     row: str
     lanes: int
     block: int
+    #: its rows are contiguous (a 1×1 conv on flattened planes), which the
+    #: matrix-product plan may vectorize instead
+    streams: bool = False
+    #: the tile of its reduction (`stream_tile`; 0: none)
+    tile: int = 0
 
 
 def conv_plan(kernel: Kernel, config: DefaultConfig, *, streaming: bool = False) -> ConvPlan | None:
@@ -613,9 +677,10 @@ def _conv_plan(
     # rows split each of its pieces into full and partial tiles, which together exhaust
     # isl's AST budget (a Winograd conv's four output pieces over 16x16 tiles)
     gathers = bool(gathered_loops(schedule.kernel, main, spatial, dim_of))
+    reduce = [n for n, d in dim_of.items() if d in main.reduction_dims]
     if not streaming and not gathers and _streams(schedule, main, row, row_dim, lanes):
         return None
-    reduce = [n for n, d in dim_of.items() if d in main.reduction_dims]
+    flat = not gathers and _contiguous_rows(main, row_dim)
     padded = not main.domain_set().is_box()
     # a padded window's moving reductions go below the row block (`_schedule_conv`), so
     # the block holds one weight vector per window column besides its accumulators: one
@@ -651,8 +716,35 @@ def _conv_plan(
                 continue
             length = T.loop_extent(schedule, row)
             block = _row_block(length, rows, lanes, divisors=not window)
-            return ConvPlan(ld.tensor, ld.index.index(dim), name, row, fitting[0], block)
+            tile = 0
+            if flat and fitting[0] == 2 * lanes and _long_reduction(schedule, reduce, config):
+                block = min(length, _stream_rows(config))
+                tile = stream_tile(reduce, schedule, config)
+            axis = ld.index.index(dim)
+            return ConvPlan(ld.tensor, axis, name, row, fitting[0], block, flat, tile)
     return None
+
+
+def _long_reduction(schedule: Schedule, reduce: list[str], config: DefaultConfig) -> bool:
+    """Whether a 1×1 conv on channel vectors reduces over enough channels
+    (`config.stream_reduction`) to fill the registers (`_stream_rows`) and tile its
+    channels (`stream_tile`). On a 2-vCPU Intel AVX-512 host, calls in the model:
+    ResNet-50's 1x1 convs over 7x7 pixels 0.53-0.57 -> 0.45-0.51 ms, its sampled
+    stride-2 1024->2048 conv 1.11 -> 0.97 ms; the model 1.277 -> 1.256x onnxruntime's
+    latency, DenseNet-121 and Inception v2 even (same turns). Over more pixels, where
+    the matrix-product plan streams them, channel vectors lost alone (128->512 at
+    28x28 361 -> 557 us) or in the model (512->256 at 28x28 0.96 -> 1.39 ms)."""
+    extent = math.prod(T.loop_extent(schedule, r) for r in reduce)
+    return 0 < config.stream_reduction <= extent
+
+
+def _stream_rows(config: DefaultConfig) -> int:
+    """Pixels in registers of a 1×1 conv's channel plan with a long reduction: two
+    registers of channels each, beside the two weight vectors, a broadcast and a spare
+    (14 with AVX-512's 32 registers: 28 accumulators). Alone, on a 2-vCPU Intel AVX-512
+    host: ResNet-50's 2048->512 1x1 conv over 7x7 pixels 414 -> 366 us against 8 pixels;
+    7 pixels by four registers spilled an accumulator (426 us)."""
+    return (config.vector_registers - 4) // 2
 
 
 def _streams(schedule: Schedule, main: Statement, row: str, row_dim: str, lanes: int) -> bool:
@@ -663,7 +755,15 @@ def _streams(schedule: Schedule, main: Statement, row: str, row_dim: str, lanes:
     tiles, so a last, partial vector costs only its unused lanes: a row that wastes more
     than an eighth of its lanes (a 7×7 image: 15 of 64) stays with channel vectors."""
     extent = T.loop_extent(schedule, row)
-    if main.index[-1] != row_dim or extent < 2 * lanes or 8 * (-extent % lanes) > extent:
+    if extent < 2 * lanes or 8 * (-extent % lanes) > extent:
+        return False
+    return _contiguous_rows(main, row_dim)
+
+
+def _contiguous_rows(main: Statement, row_dim: str) -> bool:
+    """Whether the row is contiguous in the output and in every operand that moves with
+    it, and nothing else moves with it (a 1×1 convolution whose planes are flattened)."""
+    if main.index[-1] != row_dim:
         return False
     moving = [ld for ld in loads(main.expr) if depends(ld.index, row_dim)]
     return bool(moving) and all(
@@ -752,6 +852,12 @@ def _schedule_conv(
     moving = moving_reductions(main, reduce, dim_of, plan.row) if padded else []
     still, middle, still_inner = [r for r in reduce if r not in moving], [], []
     chunk = panel_chunk(schedule.kernel, main, reduce, extents, plan, config)
+    if chunk is None and plan.tile and len(reduce) == 1:
+        try:
+            schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, plan.tile))
+            still, still_inner, reduce = [r0], [r1], [r0, r1]
+        except IllegalSchedule:
+            pass
     if chunk is not None and rows in outer:
         try:
             schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, chunk))

@@ -230,7 +230,8 @@ def build(
         for c in calls
     ]
     entry = new_module(graph.name, target)
-    add_entry(entry, ENTRY, calls, arity, [c.nbytes for c in layout.constants])
+    weights = [c.nbytes for c in layout.constants] if target.prefetch_weights else []
+    add_entry(entry, ENTRY, calls, arity, weights)
     parts = compile_parts([finalize(entry.module, target), *texts], target, workers)
     jit = JitModule(parts, target)
     stats.llvm = time.perf_counter() - start

@@ -60,6 +60,7 @@ from polytile.poly.default import (
     rows_first,
     tiles_first,
     vectorize_innermost,
+    weights_first,
     window_block,
 )
 from polytile.poly.expr import loads
@@ -195,8 +196,10 @@ class SearchSpace:
         decisions = {k: rng.choice(v) for k, v in self._choices.items()}
         if rng.random() < HINT:
             plan = self.channels
-            # the default vectorizes the innermost output dim: that hint too, half the time
-            innermost = self.plan is None and bool(self.spatial)
+            # the default vectorizes the innermost output dim, or may have: that hint too,
+            # half the time
+            streams = self.plan is None or self.plan.streams
+            innermost = streams and bool(self.spatial)
             if plan is not None and not (innermost and rng.random() < 0.5):
                 # channels in vectors, rows in registers
                 widths = [w for w in self._choices["vec"] if w <= plan.lanes]
@@ -275,6 +278,8 @@ class SearchSpace:
                 otile = min(t for t in OUTER_TILES if t >= tiles)
                 d.update(rtile_loop=self.reduce[0], rtile=chunk)
                 d.update(otile_loop=self.plan.row, otile=otile)
+            elif self.plan.tile:  # as the default: the channels in tiles
+                d.update(rtile_loop=self.reduce[0], rtile=self.plan.tile)
         elif self.main.reduction and self.spatial:
             vec = self.spatial[-1]
             extent = self.extent[vec]
@@ -285,9 +290,6 @@ class SearchSpace:
             d["block"] = self.config.rows
             vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
             tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
-            if tiles is not None:
-                d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
-                d.update(otile_loop=vec, otile=tiles[1])
             vec_loads = [ld for ld in loads(self.main.expr) if depends(ld.index, self.dim_of[vec])]
             d["block_loop"], d["block"] = register_block(
                 vec_loads, self.spatial, self.dim_of, self.extent, self.config
@@ -297,6 +299,22 @@ class SearchSpace:
                     self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]
                 )
             block = d["block_loop"]
+            split = d["vec_loop"] is not None and extent > d["vec"]  # as the default's
+            first = False
+            if split and block is not None:
+                blocks = -(-self.extent[block] // d["block"])
+                first = weights_first(
+                    self.kernel,
+                    self.main.name,
+                    (self.dim_of[vec], -(-extent // d["vec"])),
+                    (self.dim_of[block], blocks),
+                    self.config,
+                )
+            if first or not split:
+                tiles = None
+            if tiles is not None:
+                d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
+                d.update(otile_loop=vec, otile=tiles[1])
             if tiles is not None and block is not None:
                 d["row_tile"] = cache_rows(-(-self.extent[block] // d["block"]), self.config)
             if (
@@ -306,7 +324,7 @@ class SearchSpace:
                 and not self.gathered
             ):
                 dims = self.dim_of[vec], self.dim_of[block]
-                if tiles_first(self.kernel, self.main.name, *dims, self.config):
+                if first or tiles_first(self.kernel, self.main.name, *dims, self.config):
                     d["outer_first"] = vec
         return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}
 

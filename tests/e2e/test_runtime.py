@@ -7,6 +7,7 @@ import ctypes
 import itertools
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llvmlite import binding as llvm
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
@@ -28,7 +30,7 @@ from polytile.codegen.module import (
     prefetch_targets,
 )
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
-from polytile.codegen.target import host
+from polytile.codegen.target import host, prefetches_weights
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -194,6 +196,27 @@ def test_each_call_fetches_the_next_calls_largest_constant_ahead() -> None:
     text = str(mc.module)
     lines = re.findall(r"store i64 (\d+), [^@,]*@\"?polytile_prefetch_lines", text)
     assert lines == [str(big // 64), "0", "0", str(mid // 64), "0", "0"]
+
+
+def test_a_target_that_leaves_prefetching_to_the_hardware_has_no_window(block) -> None:
+    """`Target.prefetch_weights` off: no kernel asks for the window's lines (locality 1)
+    and the entry never points it anywhere; the results are the same. `host()` turns it
+    on for the CPUs where it was measured to pay (`PREFETCH_WEIGHTS_CPUS`)."""
+    model, _ = block
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
+    (want,) = ort_run(model, feeds)
+    for window in (True, False):
+        compiled = pt.compile(model, target=replace(host(2), prefetch_weights=window))
+        (got,) = compiled.run(feeds)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        texts = [str(llvm.parse_bitcode(part.bitcode)) for part in compiled._parts]
+        asked = any(re.search(r"i32 0, i32 1, i32 1\)", t) for t in texts)
+        assert asked is window
+        if not window:
+            assert not any(re.search(r"store ptr [^\n]*polytile_prefetch_at", t) for t in texts)
+    assert prefetches_weights("znver3") and prefetches_weights("znver5")
+    assert not prefetches_weights("rocketlake") and not prefetches_weights("skylake-avx512")
 
 
 def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:

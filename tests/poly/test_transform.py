@@ -516,6 +516,97 @@ def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pix
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("stream_weights", "first"), [(True, True), (False, False)])
+def test_a_1x1_conv_whose_weights_stay_cached_walks_its_pixel_tiles_outermost(
+    stream_weights: bool, first: bool
+) -> None:
+    """64 -> 16 channels over 32 x 32 pixels (flattened, as compile does): the input
+    (256 KB) is twice a 128 KB L2 and the weights (4 KB) fit a quarter of it. Re-read per
+    pixel tile the weights move 64 x 4 KB, the input re-read per channel block 2 x 256
+    KB: the pixel tiles go outermost (and parallel), without the cache tiles a long
+    reduction takes otherwise. With `stream_weights` off the channel blocks stay
+    outside. The space's default decisions build the same schedule; compiled, it
+    matches numpy."""
+    w = np.random.default_rng(0).standard_normal((16, 64, 1, 1)).astype(np.float32)
+    conv = flatten_planes(
+        kernel_from_node(
+            helper.make_node("Conv", ["x", "w"], ["y"]),
+            {"x": (1, 64, 32, 32)},
+            initializers={"w": w},
+        )
+    )
+    config = DefaultConfig(
+        vector_width=8,
+        threads=2,
+        min_parallel_work=0,
+        cache_bytes=128 << 10,
+        cache_reduction=16,
+        stream_weights=stream_weights,
+    )
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    names = [lp.name for lp in schedule.loops_of(main)]
+    assert schedule.loops_of(main)[0].annotation == "parallel"
+    assert names[0].startswith("oh_ow") is first
+    assert any(n.startswith("c0") for n in names) is not first  # the cache tiles
+    space = SearchSpace(conv, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
+    got = NativeKernel(schedule)(inputs)["y"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("channels", "stream_reduction", "block", "tile"),
+    [(64, 64, 6, 32), (64, 0, 4, 0), (32, 64, 4, 0)],
+)
+def test_a_1x1_conv_with_a_long_reduction_fills_the_registers_and_tiles_its_channels(
+    channels: int, stream_reduction: int, block: int, tile: int
+) -> None:
+    """A 1×1 conv over 7 x 7 pixels (flattened: 49, too few to stream in vectors of 8)
+    takes channel vectors. Reducing over `stream_reduction` channels or more, its block
+    holds two registers of channels by `(registers - 4) / 2` pixels (6 with AVX2's 16
+    registers: 12 accumulators) instead of 4, and its channels go in tiles of
+    `cache_reduction`; below it (or with it off: 0) the plan is as before. The space's
+    default decisions build the same schedule; compiled, it matches numpy."""
+    w = np.random.default_rng(0).standard_normal((32, channels, 1, 1)).astype(np.float32)
+    conv = flatten_planes(
+        kernel_from_node(
+            helper.make_node("Conv", ["x", "w"], ["y"]),
+            {"x": (1, channels, 7, 7)},
+            initializers={"w": w},
+        )
+    )
+    config = DefaultConfig(
+        vector_width=8,
+        threads=2,
+        min_parallel_work=0,
+        cache_reduction=32,
+        stream_reduction=stream_reduction,
+        panel_bytes=1024,  # no `panel_chunk`
+    )
+    plan = conv_plan(conv, config)
+    assert plan is not None and plan.streams
+    assert (plan.lanes, plan.block, plan.tile) == (16, block, tile)
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    loops = [(lp.name, T.loop_extent(schedule, lp.name)) for lp in schedule.loops_of(main)]
+    if tile:
+        assert [e for n, e in loops if n.startswith("c")] == [channels // tile, tile]
+    else:
+        assert [n for n, _ in loops if n.startswith("c")] == ["c"]
+    assert dict(loops)["oh_ow1"] == plan.block
+    space = SearchSpace(conv, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
+    got = NativeKernel(schedule)(inputs)["y"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("pad", "width", "block"),
     [
