@@ -473,6 +473,33 @@ def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def flat_1x1_conv(m: int, c: int, side: int) -> tuple[np.ndarray, Kernel]:
+    """Seeded weights and the kernel of a 1×1 conv, c -> m channels over side² pixels,
+    with its planes flattened as compile does."""
+    w = np.random.default_rng(0).standard_normal((m, c, 1, 1)).astype(np.float32)
+    conv = flatten_planes(
+        kernel_from_node(
+            helper.make_node("Conv", ["x", "w"], ["y"]),
+            {"x": (1, c, side, side)},
+            initializers={"w": w},
+        )
+    )
+    return w, conv
+
+
+def check_default_1x1(
+    conv: Kernel, schedule: Schedule, config: DefaultConfig, w: np.ndarray
+) -> None:
+    """The space's default decisions build the default schedule, which matches numpy."""
+    space = SearchSpace(conv, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    inputs = random_inputs(conv)
+    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
+    got = NativeKernel(schedule)(inputs)["y"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("panel_bytes", "chunk"), [(4096, 64), (8192, None)])
 def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pixel_tiles(
     panel_bytes: int, chunk: int | None
@@ -484,14 +511,7 @@ def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pix
     (1.6 KB) reloaded per chunk; with 8 KB the chunk (128) is the whole reduction, so
     nothing changes. The space's default decisions build the same schedule; compiled,
     both match numpy."""
-    w = np.random.default_rng(0).standard_normal((32, 128, 1, 1)).astype(np.float32)
-    conv = flatten_planes(
-        kernel_from_node(
-            helper.make_node("Conv", ["x", "w"], ["y"]),
-            {"x": (1, 128, 5, 5)},
-            initializers={"w": w},
-        )
-    )
+    w, conv = flat_1x1_conv(32, 128, 5)
     config = DefaultConfig(vector_width=8, threads=2, min_parallel_work=0, panel_bytes=panel_bytes)
     schedule = default_schedule(conv, config)
     main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
@@ -506,14 +526,8 @@ def test_a_1x1_conv_over_few_pixels_reduces_a_chunk_of_channels_over_all_its_pix
             ("oh_ow1", 4),
             ("m1", 16),
         ]
-    space = SearchSpace(conv, config=config)
-    assert space.default_decisions()["rtile"] == (chunk or 0)
-    assert space.build(space.default_decisions()).trace == schedule.trace_json()
-    inputs = random_inputs(conv)
-    got = NativeKernel(schedule)(inputs)["y"]
-    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert SearchSpace(conv, config=config).default_decisions()["rtile"] == (chunk or 0)
+    check_default_1x1(conv, schedule, config, w)
 
 
 @pytest.mark.parametrize(("stream_weights", "first"), [(True, True), (False, False)])
@@ -527,14 +541,7 @@ def test_a_1x1_conv_whose_weights_stay_cached_walks_its_pixel_tiles_outermost(
     reduction takes otherwise. With `stream_weights` off the channel blocks stay
     outside. The space's default decisions build the same schedule; compiled, it
     matches numpy."""
-    w = np.random.default_rng(0).standard_normal((16, 64, 1, 1)).astype(np.float32)
-    conv = flatten_planes(
-        kernel_from_node(
-            helper.make_node("Conv", ["x", "w"], ["y"]),
-            {"x": (1, 64, 32, 32)},
-            initializers={"w": w},
-        )
-    )
+    w, conv = flat_1x1_conv(16, 64, 32)
     config = DefaultConfig(
         vector_width=8,
         threads=2,
@@ -549,13 +556,7 @@ def test_a_1x1_conv_whose_weights_stay_cached_walks_its_pixel_tiles_outermost(
     assert schedule.loops_of(main)[0].annotation == "parallel"
     assert names[0].startswith("oh_ow") is first
     assert any(n.startswith("c0") for n in names) is not first  # the cache tiles
-    space = SearchSpace(conv, config=config)
-    assert space.build(space.default_decisions()).trace == schedule.trace_json()
-    inputs = random_inputs(conv)
-    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
-    got = NativeKernel(schedule)(inputs)["y"]
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    check_default_1x1(conv, schedule, config, w)
 
 
 @pytest.mark.parametrize(
@@ -571,14 +572,7 @@ def test_a_1x1_conv_with_a_long_reduction_fills_the_registers_and_tiles_its_chan
     registers: 12 accumulators) instead of 4, and its channels go in tiles of
     `cache_reduction`; below it (or with it off: 0) the plan is as before. The space's
     default decisions build the same schedule; compiled, it matches numpy."""
-    w = np.random.default_rng(0).standard_normal((32, channels, 1, 1)).astype(np.float32)
-    conv = flatten_planes(
-        kernel_from_node(
-            helper.make_node("Conv", ["x", "w"], ["y"]),
-            {"x": (1, channels, 7, 7)},
-            initializers={"w": w},
-        )
-    )
+    w, conv = flat_1x1_conv(32, channels, 7)
     config = DefaultConfig(
         vector_width=8,
         threads=2,
@@ -598,13 +592,7 @@ def test_a_1x1_conv_with_a_long_reduction_fills_the_registers_and_tiles_its_chan
     else:
         assert [n for n, _ in loops if n.startswith("c")] == ["c"]
     assert dict(loops)["oh_ow1"] == plan.block
-    space = SearchSpace(conv, config=config)
-    assert space.build(space.default_decisions()).trace == schedule.trace_json()
-    inputs = random_inputs(conv)
-    want = np.einsum("mc,ncp->nmp", w[:, :, 0, 0], inputs["x"])
-    got = NativeKernel(schedule)(inputs)["y"]
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    check_default_1x1(conv, schedule, config, w)
 
 
 @pytest.mark.parametrize(
