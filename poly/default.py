@@ -65,8 +65,8 @@ class DefaultConfig:
     #: the chunk of a conv plan's weights that stays in L1 across its pixel tiles (see
     #: `panel_chunk`)
     panel_bytes: int = 8192
-    #: a 1×1 conv whose pixels stream still takes channel vectors when it reduces over
-    #: at least this many channels (see `_conv_plan`; 0: never)
+    #: a 1×1 conv on channel vectors (over few pixels) fills the registers and tiles its
+    #: channels when it reduces over at least this many (see `_long_reduction`; 0: never)
     stream_reduction: int = 512
     #: a matrix-product plan may walk its vector tiles outermost (see `weights_first`)
     stream_weights: bool = True

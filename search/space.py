@@ -196,8 +196,8 @@ class SearchSpace:
         decisions = {k: rng.choice(v) for k, v in self._choices.items()}
         if rng.random() < HINT:
             plan = self.channels
-            # the default vectorizes the innermost output dim, or may have: that hint too,
-            # half the time
+            # the default vectorizes the innermost output dim (a 1×1 conv's contiguous
+            # pixels, where there are enough of them): that hint too, half the time
             streams = self.plan is None or self.plan.streams
             innermost = streams and bool(self.spatial)
             if plan is not None and not (innermost and rng.random() < 0.5):
