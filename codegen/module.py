@@ -100,17 +100,20 @@ def add_entry(
 ) -> None:
     """The entry function; `arity` gives each kernel function's argument count (kernels
     live in other modules and are declared here). With `constant_bytes` (each constant's
-    size), each call's parallel iterations prefetch the next call's largest constant."""
+    size), on a target that prefetches weights, each call's parallel iterations prefetch
+    the next call's largest constant."""
     fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * 4), name=name)
     tables = dict(zip(("input", "output", "constant"), fn.args[:3], strict=True))
     arena = fn.args[3]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    window_at, window_lines = mc.prefetch_window()
-    for call, ahead in zip(calls, prefetch_targets(calls, constant_bytes), strict=True):
-        if ahead is None:
+    window_at, window_lines = mc.prefetch_window()  # defined here either way
+    targets = prefetch_targets(calls, constant_bytes) if mc.target.prefetch_weights else None
+    for step, call in enumerate(calls):
+        ahead = targets[step] if targets is not None else None
+        if targets is not None and ahead is None:
             # an empty window at the last one's start (a valid line)
             b.store(ir.Constant(I64, 0), window_lines)
-        else:
+        elif ahead is not None:
             at = b.gep(
                 tables["constant"], [ir.Constant(I64, ahead)], inbounds=True, source_etype=PTR
             )
@@ -137,7 +140,8 @@ def add_entry(
                 )
                 args.append(b.load(at, typ=PTR))
         b.call(callee, args)
-    b.store(ir.Constant(I64, 0), window_lines)
+    if targets is not None:
+        b.store(ir.Constant(I64, 0), window_lines)
     b.ret_void()
     mc.num_threads()  # always present, so the runtime can set it
 

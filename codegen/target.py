@@ -91,8 +91,9 @@ def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
 
 #: CPUs (LLVM's names, by prefix) whose models run faster with the next kernel's weights
 #: fetched ahead (`Target.prefetch_weights`). Measured, models against themselves in the
-#: same turns: on 2-vCPU Zen 3-5 hosts ResNet-50 took 0.977 instead of 1.016x
-#: onnxruntime's time (tuned; 1.118 instead of 1.205x with default schedules). On a
+#: same turns: on a 2-vCPU Zen 5 host ResNet-50 took 0.977 instead of 1.016x
+#: onnxruntime's time (tuned; 1.118 instead of 1.205x with default schedules); the other
+#: Zen generations follow it unmeasured. On a
 #: 2-vCPU Intel AVX-512 host (`rocketlake`) the window's step in every reduction loop
 #: cost more than it saved: ResNet-50 1.239-1.255 -> 1.208-1.211x, VGG-19 1.019 ->
 #: 0.965x, DenseNet-121 1.025 -> 1.021x. Elsewhere, unmeasured, the hardware's own
@@ -101,6 +102,7 @@ PREFETCH_WEIGHTS_CPUS = ("znver",)
 
 
 def prefetches_weights(cpu: str) -> bool:
+    """Whether the CPU LLVM names `cpu` prefetches weights by default."""
     return cpu.startswith(PREFETCH_WEIGHTS_CPUS)
 
 

@@ -231,11 +231,11 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if gathered:  # the vector loop is the last spatial one: its tiles are the row tiles
         row = outer[len(spatial) - 1]
         outer = gather_inside(schedule, main, outer, gathered, [], row, config)
-    elif first or (
+    elif (
         tiles is None
         and v0 != vec
         and block is not None
-        and tiles_first(schedule.kernel, main.name, vec_dim, dim_of[block], config)
+        and (first or tiles_first(schedule.kernel, main.name, vec_dim, dim_of[block], config))
     ):
         outer.remove(v0)
         outer.insert(0, v0)
@@ -475,7 +475,8 @@ def weights_first(
     the model: ResNet-50's 512->128 1x1 convs at 28x28 0.65-0.79 -> 0.38-0.39 ms
     (onnxruntime 0.40), 64->64 at 56x56 0.20 -> 0.13, 512->256 at 28x28 0.93 -> 0.78;
     the model 1.205-1.208 -> 1.151-1.163x onnxruntime's latency, DenseNet-121 1.028 ->
-    0.973x, SqueezeNet 1.52 -> 1.44x, the others even (same turns); alone, A·B with
+    0.955x, SqueezeNet 1.675 -> 1.339x, ShuffleNet 1.358 -> 1.307x, Inception v1 0.777
+    -> 0.753x, v2 and the transformer even (same turns); alone, A·B with
     few rows of A: 24x512x512 233 -> 304, 64x1024x1024 118 -> 213, 128x1024x2048 154 ->
     255 GFLOPS (16x2048x2048 128 -> 112). Weights of half of L2
     (1 MB: the 1x1 convs at 14x14) lost 0.45 -> 0.53 ms, and operands under an eighth
@@ -742,8 +743,8 @@ def _stream_rows(config: DefaultConfig) -> int:
     """Pixels in registers of a 1×1 conv's channel plan with a long reduction: two
     registers of channels each, beside the two weight vectors, a broadcast and a spare
     (14 with AVX-512's 32 registers: 28 accumulators). Alone, on a 2-vCPU Intel AVX-512
-    host: ResNet-50's 2048->512 1x1 conv over 7x7 pixels 414 -> 366 us against 8 pixels;
-    7 pixels by four registers spilled an accumulator (426 us)."""
+    host: ResNet-50's 2048->512 1x1 conv over 7x7 pixels 413 -> 366 us against 8 pixels;
+    7 pixels by four registers spilled an accumulator (390 us)."""
     return (config.vector_registers - 4) // 2
 
 
@@ -852,7 +853,7 @@ def _schedule_conv(
     moving = moving_reductions(main, reduce, dim_of, plan.row) if padded else []
     still, middle, still_inner = [r for r in reduce if r not in moving], [], []
     chunk = panel_chunk(schedule.kernel, main, reduce, extents, plan, config)
-    if chunk is None and plan.tile and len(reduce) == 1:
+    if chunk is None and plan.tile:
         try:
             schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, plan.tile))
             still, still_inner, reduce = [r0], [r1], [r0, r1]

@@ -230,8 +230,7 @@ def build(
         for c in calls
     ]
     entry = new_module(graph.name, target)
-    weights = [c.nbytes for c in layout.constants] if target.prefetch_weights else []
-    add_entry(entry, ENTRY, calls, arity, weights)
+    add_entry(entry, ENTRY, calls, arity, [c.nbytes for c in layout.constants])
     parts = compile_parts([finalize(entry.module, target), *texts], target, workers)
     jit = JitModule(parts, target)
     stats.llvm = time.perf_counter() - start

@@ -310,7 +310,7 @@ class SearchSpace:
                     (self.dim_of[block], blocks),
                     self.config,
                 )
-            if first or not split:
+            if first:
                 tiles = None
             if tiles is not None:
                 d.update(rtile_loop=self.reduce[0], rtile=tiles[0])

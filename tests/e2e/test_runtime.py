@@ -191,7 +191,7 @@ def test_each_call_fetches_the_next_calls_largest_constant_ahead() -> None:
     sizes = [mid, mid // 2, big, small]
     assert prefetch_targets(calls, sizes) == [2, None, None, 0, None]
     assert prefetch_targets([], sizes) == []  # a model whose outputs no kernel writes
-    mc = new_module("m", host())
+    mc = new_module("m", replace(host(), prefetch_weights=True))
     add_entry(mc, "entry", calls, {"f": 3, "g": 3, "h": 2, "k": 1}, sizes)
     text = str(mc.module)
     lines = re.findall(r"store i64 (\d+), [^@,]*@\"?polytile_prefetch_lines", text)
