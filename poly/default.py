@@ -70,6 +70,9 @@ class DefaultConfig:
     stream_reduction: int = 512
     #: a matrix-product plan may walk its vector tiles outermost (see `weights_first`)
     stream_weights: bool = True
+    #: a matrix-product plan's register-blocked rows may hold three vectors (see
+    #: `row_vectors`)
+    wide_rows: bool = True
     #: L1 as the panels of an input operand see it: rows `l1_way_bytes` apart share a set,
     #: which holds `l1_ways` lines (32 KB, 8 ways on x86 cores; see `packed_inputs`)
     l1_way_bytes: int = 4096
@@ -169,9 +172,9 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     outer, inner = list(spatial), []
     v0 = vec
     extent = T.loop_extent(schedule, vec)
-    factor = row_vectors(extent, width) * width
     extents = {n: T.loop_extent(schedule, n) for n in spatial}
     block, rows = register_block(vec_loads, spatial, dim_of, extents, config)
+    factor = row_vectors(extent, width, config, rows if block is not None else 0) * width
     if block is None:  # no loop long enough for two register blocks of the matrix-product plan
         block = window_block(main, spatial, reduce, dim_of, extents, rows)
     block_dim = dim_of[block] if block is not None else None
@@ -360,12 +363,18 @@ def window_block(
     )
 
 
-def row_vectors(extent: int, width: int) -> int:
+def row_vectors(extent: int, width: int, config: DefaultConfig, rows: int = 0) -> int:
     """Vectors a register-blocked row holds: two where the row has four or more (twice
     the independent accumulators), even when they do not divide it, since the AST
     generator emits the full tiles apart (default schedules, same turns: ResNet-50
     0.94x, SqueezeNet 0.93x the time with two only where they divided the row; its
-    1000-class 1x1 conv over 169 pixels 0.60 -> 0.50 ms a call)."""
+    1000-class 1x1 conv over 169 pixels 0.60 -> 0.50 ms a call). Three where a block of
+    `rows` (0: none) still leaves a weight broadcast and the row's operand vectors in
+    registers (`config.wide_rows`, 32 registers: 8 rows x 3): each loaded weight feeds
+    more FMAs."""
+    if config.wide_rows and rows and 3 * rows + 4 <= config.vector_registers - 4:
+        if extent >= 6 * width:
+            return 3
     return 2 if extent >= 4 * width else 1
 
 
@@ -374,7 +383,7 @@ def narrow_vector(extent: int, width: int) -> int:
     holds two vectors, so a short row (a pooling output of 28 with 16 lanes) runs in
     vectors of 8 rather than in scalars."""
     while width > 4 and extent < 2 * width:
-        width //= 2
+        width = 1 << ((width - 1).bit_length() - 1)  # a power of two (48 -> 32)
     return width
 
 

@@ -71,7 +71,7 @@ from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_
 
 Decisions = dict[str, Any]
 
-VECTOR_WIDTHS = (4, 8, 16, 32)
+VECTOR_WIDTHS = (4, 8, 16, 32, 48)
 BLOCKS = (1, 2, 3, 4, 6, 8)
 SECOND_BLOCKS = (1, 2, 3, 4)
 REDUCTION_TILES = (0, 4, 8, 16, 32, 64, 128, 256)
@@ -122,6 +122,9 @@ class SearchSpace:
         self.kernel = kernel
         self.config = config or DefaultConfig(vector_width=lanes, threads=threads)
         self.lanes = self.config.vector_width
+        # the most vectors a register-blocked row holds (`row_vectors`)
+        wide = self.config.wide_rows and self.config.vector_registers >= 32
+        self._row_vectors = 3 if wide else 2
         self.main = main_statement(kernel)
         base = initial_schedule(kernel)
         loops = [lp.name for lp in base.loops_of(self.main.name)]
@@ -168,7 +171,7 @@ class SearchSpace:
         )
         return {
             "vec_loop": (None, *splittable),
-            "vec": tuple(w for w in VECTOR_WIDTHS if w <= 2 * self.lanes),
+            "vec": tuple(w for w in VECTOR_WIDTHS if w <= self.lanes * self._row_vectors),
             "pack": (True, False),
             "block_loop": (None, *splittable),
             "block": tuple(sorted(set(BLOCKS) | divisors)),
@@ -283,17 +286,17 @@ class SearchSpace:
         elif self.main.reduction and self.spatial:
             vec = self.spatial[-1]
             extent = self.extent[vec]
-            d["vec"] = row_vectors(extent, self.lanes) * self.lanes
-            if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
-                d["vec_loop"] = None
-            reduce_extents = [self.extent[r] for r in self.reduce]
-            d["block"] = self.config.rows
-            vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
-            tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
             vec_loads = [ld for ld in loads(self.main.expr) if depends(ld.index, self.dim_of[vec])]
             d["block_loop"], d["block"] = register_block(
                 vec_loads, self.spatial, self.dim_of, self.extent, self.config
             )
+            rows = d["block"] if d["block_loop"] is not None else 0
+            d["vec"] = row_vectors(extent, self.lanes, self.config, rows) * self.lanes
+            if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
+                d["vec_loop"] = None
+            reduce_extents = [self.extent[r] for r in self.reduce]
+            vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
+            tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
             if d["block_loop"] is None:
                 d["block_loop"] = window_block(
                     self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]

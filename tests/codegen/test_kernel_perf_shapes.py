@@ -138,9 +138,11 @@ def test_cache_tiled_matmul_relu(m: int, k: int, n: int) -> None:
     """A long reduction under many vector tiles: k and the vector tiles are cache-tiled
     (S R S R S), with a partial last k tile in the second shape; the ReLU epilogue
     still runs once per output tile. (A's few rows would rather stay cached with the
-    vector tiles outermost, `weights_first`, which is off here.)"""
+    vector tiles outermost, `weights_first`, which is off here; rows of two vectors
+    leave enough vector tiles to group, `wide_rows` off.)"""
     kern = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(m, k), B=(k, n))
-    schedule = default_schedule(kern, DefaultConfig(vector_width=16, stream_weights=False))
+    config = DefaultConfig(vector_width=16, stream_weights=False, wide_rows=False)
+    schedule = default_schedule(kern, config)
     loops = [lp.name for lp in schedule.loops_of("Y")]
     assert loops[-5:] == ["k0", "j01", "k1", "i1", "j1"]
     inputs = _inputs(kern)

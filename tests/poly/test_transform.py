@@ -560,6 +560,31 @@ def test_a_1x1_conv_whose_weights_stay_cached_walks_its_pixel_tiles_outermost(
 
 
 @pytest.mark.parametrize(
+    ("lanes", "wide_rows", "vector"), [(16, True, 48), (16, False, 32), (8, True, 16)]
+)
+def test_a_matrix_product_row_holds_three_vectors_where_the_registers_leave_room(
+    lanes: int, wide_rows: bool, vector: int
+) -> None:
+    """64 -> 32 channels over 14 x 14 pixels (flattened: 196, four tiles of 48 and a
+    partial one): with AVX-512's 32 registers a block of 8 rows holds three vectors a
+    row (24 accumulators, beside three operand vectors and a broadcast), two with
+    `wide_rows` off; with AVX2's 16 registers (6 rows) two. The space's default
+    decisions build the same schedule; compiled, it matches numpy."""
+    w, conv = flat_1x1_conv(32, 64, 14)
+    config = DefaultConfig(
+        vector_width=lanes, threads=2, min_parallel_work=0, wide_rows=wide_rows
+    )
+    schedule = default_schedule(conv, config)
+    main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
+    loops = [(lp.name, T.loop_extent(schedule, lp.name)) for lp in schedule.loops_of(main)]
+    assert loops[-1] == ("oh_ow1", vector)
+    assert schedule.loops_of(main)[-1].annotation == "vector"
+    assert loops[-2] == ("m1", 2 * config.rows)
+    assert SearchSpace(conv, config=config).default_decisions()["vec"] == vector
+    check_default_1x1(conv, schedule, config, w)
+
+
+@pytest.mark.parametrize(
     ("channels", "stream_reduction", "block", "tile"),
     [(64, 64, 6, 32), (64, 0, 4, 0), (32, 64, 4, 0)],
 )
