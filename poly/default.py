@@ -372,9 +372,14 @@ def row_vectors(extent: int, width: int, config: DefaultConfig, rows: int = 0) -
     `rows` (0: none) still leaves a weight broadcast and the row's operand vectors in
     registers (`config.wide_rows`, 32 registers: 8 rows x 3): each loaded weight feeds
     more FMAs."""
-    if config.wide_rows and rows and 3 * rows + 4 <= config.vector_registers - 4:
-        if extent >= 6 * width:
-            return 3
+    # 3 x rows accumulators, three operand vectors, a broadcast and four spare
+    if (
+        config.wide_rows
+        and rows > 0
+        and 3 * rows + 8 <= config.vector_registers
+        and extent >= 6 * width
+    ):
+        return 3
     return 2 if extent >= 4 * width else 1
 
 

@@ -571,9 +571,7 @@ def test_a_matrix_product_row_holds_three_vectors_where_the_registers_leave_room
     `wide_rows` off; with AVX2's 16 registers (6 rows) two. The space's default
     decisions build the same schedule; compiled, it matches numpy."""
     w, conv = flat_1x1_conv(32, 64, 14)
-    config = DefaultConfig(
-        vector_width=lanes, threads=2, min_parallel_work=0, wide_rows=wide_rows
-    )
+    config = DefaultConfig(vector_width=lanes, threads=2, min_parallel_work=0, wide_rows=wide_rows)
     schedule = default_schedule(conv, config)
     main = max(schedule.kernel.statements, key=lambda st: len(st.dims)).name
     loops = [(lp.name, T.loop_extent(schedule, lp.name)) for lp in schedule.loops_of(main)]
