@@ -426,6 +426,8 @@ def test_default_register_block_is_twice_the_rows_where_two_fit(
     [
         (1, 32, 16, 4096, "oh"),
         (1, 32, 16, 1 << 20, None),
+        (1, 32, 16, 12288, "oh"),
+        (1, 32, 16, 16384, None),
         (1, 12, 16, 4096, None),
         (3, 32, 16, 4096, None),
         (3, 32, 32, 4096, None),
@@ -437,16 +439,16 @@ def test_a_strided_conv_walks_its_rows_outside_the_channel_blocks_when_its_input
     window: int, height: int, width: int, cache_bytes: int, first: str | None
 ) -> None:
     """Each channel block of a conv plan (two of 16 lanes for the 1x1, four of 8 for the
-    padded 3x3) reads the whole input (4 channels of 32 x 16, 8 KB). Larger than the
-    cache, the output rows go outermost, so a band of input rows stays in cache across
-    the blocks; not with a cache that holds it, nor with 6 output rows (too few to share
-    among 2 threads at 4 each). A 3x3 window's weights (4.5 KB), read once per output row
-    (16) instead, must either fit half the cache or move fewer bytes than the blocks'
-    input: 72 KB against 32 KB (16 columns) and 64 KB (32) stay, against 96 KB (48) the
-    rows go first, and so with 32 columns in a 10,000 byte cache. The search space's
-    default decisions build the same schedule; the reordered one, compiled, matches
-    numpy. (The 1x1 conv is lowered as it is: compile samples its input first, see
-    `sample_strided_1x1_convs`.)"""
+    padded 3x3) reads the whole input (4 channels of 32 x 16, 8 KB). Larger than half
+    the cache (12 KB), the output rows go outermost, so a band of input rows stays in
+    cache across the blocks; not with a cache of twice it or more, nor with 6 output
+    rows (too few to share among 2 threads at 4 each). A 3x3 window's weights (4.5 KB),
+    read once per output row (16) instead, must either fit half the cache or move fewer
+    bytes than the blocks' input: 72 KB against 32 KB (16 columns) and 64 KB (32) stay,
+    against 96 KB (48) the rows go first, and so with 32 columns in a 10,000 byte cache.
+    The search space's default decisions build the same schedule; the reordered one,
+    compiled, matches numpy. (The 1x1 conv is lowered as it is: compile samples its
+    input first, see `sample_strided_1x1_convs`.)"""
     w = np.random.default_rng(0).standard_normal((32, 4, window, window)).astype(np.float32)
     conv = kernel_from_node(
         helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[window // 2] * 4),
