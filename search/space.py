@@ -37,12 +37,20 @@ from typing import Any
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
 from polytile.poly.default import (
-    DefaultConfig,
     cache_rows,
     cache_tiles,
+    packed_inputs,
+    register_block,
+    row_vectors,
+    tiles_first,
+    weights_first,
+    window_block,
+)
+from polytile.poly.default_conv import conv_plan, panel_chunk, row_tiles, rows_first
+from polytile.poly.default_steps import (
+    DefaultConfig,
     chained_epilogue,
     compute_prologue,
-    conv_plan,
     depends,
     epilogue,
     gather_inside,
@@ -51,17 +59,8 @@ from polytile.poly.default import (
     moving_reductions,
     narrow_vector,
     pack_weights,
-    packed_inputs,
-    panel_chunk,
     parallelize_outer,
-    register_block,
-    row_tiles,
-    row_vectors,
-    rows_first,
-    tiles_first,
     vectorize_innermost,
-    weights_first,
-    window_block,
 )
 from polytile.poly.expr import loads
 from polytile.poly.inline import inline, inline_statement

@@ -9,7 +9,7 @@ input with 16 products per channel pair instead of 36.
 The 16 input transforms are prologue statements, the batched matrix product is the
 kernel's main reduction (one per transformed point `e`), and the four output pieces are
 its epilogue: they gather all 16 points of `e`, which the default schedule computes
-inside each channel tile (`poly.default.gathered_loops`). onnxruntime's CPU convs are
+inside each channel tile (`poly.default_steps.gathered_loops`). onnxruntime's CPU convs are
 direct. Whether the transforms pay depends on the machine: on a 2-vCPU Zen 3 with the
 fused kernel under that plan ResNet-50's 64-channel 3x3 conv at 56x56 took 0.76x and its
 128-channel one at 28x28 0.68x of the direct conv's time (at 14x14 the two were even: the

@@ -16,7 +16,8 @@ from polytile.codegen.native import NativeKernel, build_part
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule, main_statement, padded_inputs
+from polytile.poly.default import DefaultConfig, default_schedule, main_statement
+from polytile.poly.default_steps import padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import BUFFER_ALIGN, run_program_order

@@ -20,7 +20,8 @@ from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import Block, build_ast, explain
 from polytile.poly.contract import private_temporaries
-from polytile.poly.default import DefaultConfig, conv_plan, default_schedule
+from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default_conv import conv_plan
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
