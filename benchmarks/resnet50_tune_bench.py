@@ -26,7 +26,7 @@ from model_bench import RESULTS, measure
 
 from polytile import zoo
 from polytile.codegen.target import host
-from polytile.search.measure import MeasureConfig
+from polytile.search.measure import COLD, MeasureConfig
 from polytile.search.records import RecordFile, best_records, same_target
 from polytile.search.tune import tune
 from polytile.search.validate import ValidateConfig
@@ -50,7 +50,13 @@ def main() -> None:
         "--flush-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="time candidates with the caches flushed (weights cold, as in the model)",
+        help="time candidates with their weights evicted (cold, as in the model)",
+    )
+    parser.add_argument(
+        "--cold",
+        choices=COLD,
+        default="weights",
+        help="what a flush evicts: the kernel's weights, or the whole cache",
     )
     args = parser.parse_args()
     if args.trials == 0 and not args.validate and not args.measure_only:
@@ -64,7 +70,9 @@ def main() -> None:
             args.trials,
             args.records,
             args.seed,
-            measure=MeasureConfig(workers=args.workers, flush_cache=args.flush_cache),
+            measure=MeasureConfig(
+                workers=args.workers, flush_cache=args.flush_cache, cold=args.cold
+            ),
             validation=ValidateConfig(top=args.validate, seed=args.seed) if args.validate else None,
         )
         seconds = time.perf_counter() - start
@@ -87,6 +95,7 @@ def main() -> None:
         "default": default,
         "tuning_s": round(seconds, 1),
         "flush_cache": args.flush_cache,
+        "cold": args.cold,
         "validate": args.validate,
         "trials_in_records": trials,
     }

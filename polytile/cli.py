@@ -402,6 +402,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             workers=args.workers,
             scheduler=args.scheduler,
             flush_cache=args.flush_cache,
+            cold=args.cold,
         ),
         batch=args.batch,
         cost_model=args.cost_model,
@@ -534,8 +535,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--flush-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="time every run with flushed caches, as kernels meet their weights in a model "
-        "(the default: warm timings favour schedules that lose in the model)",
+        help="time every run with the kernel's weights evicted, as kernels meet them in a "
+        "model (the default: warm timings favour schedules that lose in the model)",
+    )
+    tune.add_argument(
+        "--cold",
+        choices=("weights", "all"),
+        default="weights",
+        help="what the flush before a timed run evicts: the kernel's weights (its "
+        "activations stay as its last run left them) or the whole cache",
     )
     tune.add_argument(
         "--scheduler",

@@ -24,8 +24,11 @@ build on the cluster is an error record of the same kind as here. When a Dask wo
 on this host, the cluster builds nothing while a candidate is timed.
 
 Timing: `warmup` runs, then `repeat` measurements of `number` runs each; `number` grows
-until one measurement lasts `min_repeat_ms`. With `flush_cache` a buffer larger than the
-last-level cache is written before every timed run instead, and `number` stays as given.
+until one measurement lasts `min_repeat_ms`. With `flush_cache` every timed run starts
+cold instead, and `number` stays as given: by default (`cold="weights"`) the kernel's
+constant operands are evicted line by line (`codegen.flush`) and its activations stay
+where its last run left them, as a model's kernel meets them; with `cold="all"` (or
+where the host has no `clflush`) a buffer larger than the last-level cache is written.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -60,6 +63,10 @@ HOLD_PER_WORKER = 8
 POLL = 0.05
 
 
+#: what `MeasureConfig.cold` may name
+COLD = ("weights", "all")
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     number: int = 2
@@ -68,6 +75,8 @@ class MeasureConfig:
     warmup: int = 1
     timeout: float = 60.0
     flush_cache: bool = False
+    #: what a flush evicts: "weights" (the constant operands' lines) or "all" (the caches)
+    cold: str = "weights"
     rtol: float = 1e-3
     atol: float = 1e-4
     #: worker processes building in parallel (timed runs are serialized regardless)
@@ -76,6 +85,8 @@ class MeasureConfig:
     scheduler: str | None = None
 
     def __post_init__(self) -> None:
+        if self.cold not in COLD:
+            raise InputError(f"MeasureConfig: cold must be one of {COLD}, got {self.cold!r}")
         if self.workers < 1:
             raise InputError(f"MeasureConfig: workers must be at least 1, got {self.workers}")
         if self.scheduler is not None and not (
@@ -167,14 +178,29 @@ def _time(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
     return results
 
 
+def _cold(native: Any, buffers: dict, config: MeasureConfig) -> Callable[[], None]:
+    """What makes a timed run start cold (`MeasureConfig.cold`): evicting the constant
+    operands' lines, else overwriting the caches."""
+    if config.cold == "weights":
+        from polytile.codegen.flush import line_flusher
+
+        flusher = line_flusher(native.target)
+        if flusher is not None:
+            tensors = native.kernel.tensors
+            constants = [b for n, b in buffers.items() if tensors[n].role is Role.CONSTANT]
+            return lambda: flusher(*constants)
+    buffer = np.zeros(FLUSH_BYTES // 8)
+    return lambda: _flush(buffer)
+
+
 def _time_cold(native: Any, buffers: dict, config: MeasureConfig) -> list[float]:
-    """`_time` with a cache flush before every timed run (its time left out)."""
-    flush = np.zeros(FLUSH_BYTES // 8)
+    """`_time` with a flush before every timed run (its time left out)."""
+    flush = _cold(native, buffers, config)
     results = []
     for _ in range(config.repeat):
         elapsed = 0.0
         for _ in range(config.number):
-            _flush(flush)
+            flush()
             start = time.perf_counter()
             native.run_on(buffers)
             elapsed += time.perf_counter() - start

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import helper
 
 from polytile.codegen.target import host
 from polytile.errors import InputError
 from polytile.poly.default import default_schedule
-from polytile.poly.dsl import kernel
+from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.kernel import Role
+from polytile.poly.reference import allocate
 from polytile.search.measure import MeasureConfig, Measurer, Span, _Worker
 from polytile.search.space import SearchSpace
 
@@ -190,8 +193,53 @@ def test_with_flush_cache_every_timed_run_follows_a_flush(
 
     # with flushes, `number` never grows towards min_repeat_ms: each run costs a flush
     least = 1e6 if flush_cache else 1e-9
-    config = MeasureConfig(number=3, repeat=2, min_repeat_ms=least, flush_cache=flush_cache)
+    config = MeasureConfig(
+        number=3, repeat=2, min_repeat_ms=least, flush_cache=flush_cache, cold="all"
+    )
     results = M._time(Native(), {}, config)
     assert len(results) == 2 and all(r >= 0 for r in results)
     timed = ["flush", "run"] * 6 if flush_cache else ["run"] * 6
     assert events == ["run", *timed]  # one warm-up run, then 2 repeats of 3 runs
+
+
+@pytest.mark.parametrize("has_clflush", [True, False])
+def test_a_cold_run_evicts_only_the_weights_where_the_host_can(
+    has_clflush: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cold="weights"` (the default): before every timed run the kernel's constant
+    operands, and only they, are evicted line by line, so its activations stay where its
+    last run left them, as in a model; on a host without `clflush` the caches are
+    overwritten instead."""
+    import polytile.codegen.flush as F
+    import polytile.search.measure as M
+
+    events: list[object] = []
+    monkeypatch.setattr(M, "_flush", lambda buffer: events.append("flush all"))
+    evict = lambda *buffers: events.append(("evict", [b.shape for b in buffers]))  # noqa: E731
+    monkeypatch.setattr(F, "line_flusher", lambda target: evict if has_clflush else None)
+    conv = kernel_from_node(
+        helper.make_node("Conv", ["x", "w"], ["y"]),
+        {"x": (1, 4, 3, 3)},
+        initializers={"w": np.ones((2, 4, 1, 1), np.float32)},
+    )
+    roles = {t.name: t.role for t in conv.tensors.values()}
+    assert Role.CONSTANT in roles.values() and Role.INPUT in roles.values()
+
+    class Native:
+        kernel = conv
+        target = host()
+
+        def run_on(self, buffers: dict) -> None:
+            events.append("run")
+
+    buffers = allocate(conv, {"x": np.zeros((1, 4, 3, 3), np.float32)})
+    config = MeasureConfig(number=2, repeat=1, flush_cache=True)
+    assert config.cold == "weights"
+    M._time(Native(), buffers, config)
+    flush = ("evict", [(2, 4, 1, 1)]) if has_clflush else "flush all"
+    assert events == ["run", flush, "run", flush, "run"]
+
+
+def test_cold_names_what_a_flush_evicts() -> None:
+    with pytest.raises(InputError, match="cold"):
+        MeasureConfig(cold="some")
