@@ -44,6 +44,7 @@ from .default_steps import (
     operand_bytes,
     pack_weights,
     parallelize_outer,
+    split_init,
     uniform_in_blocks,
     vectorize_innermost,
 )
@@ -173,10 +174,7 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     if order != [loop.name for loop in schedule.loops_of(main.name)]:
         schedule = attempt(schedule, lambda s: T.reorder(s, *order))
     current = [loop.name for loop in schedule.loops_of(main.name)]
-    first_reduce = next((n for n in current if n in reduce), None)
-    if first_reduce is not None:
-        schedule = attempt(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
-    above = current[: current.index(first_reduce)] if first_reduce is not None else current
+    schedule, above = split_init(schedule, main.name, current, reduce)
     tile_loop = gathered[-1] if gathered else [n for n in above if n not in inner][-1]
     for stmt in epilogue(schedule.kernel, main):
         schedule = attempt(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
@@ -264,7 +262,7 @@ def row_vectors(extent: int, width: int, config: DefaultConfig, rows: int = 0) -
     more FMAs."""
     # 3 x rows accumulators, three operand vectors, a broadcast and four spare
     if (
-        config.wide_rows
+        config.row_vector_limit == 3
         and rows > 0
         and 3 * rows + 8 <= config.vector_registers
         and extent >= 6 * width

@@ -32,6 +32,7 @@ from .default_steps import (
     moving_reductions,
     operand_bytes,
     parallelize_outer,
+    split_init,
     uniform_in_blocks,
     vectorize_innermost,
 )
@@ -205,10 +206,7 @@ def schedule_conv(
     order = [*outer, *still, *middle, *still_inner, row_inner, *moving, c1]
     schedule = attempt(schedule, lambda s: T.reorder(s, *order))
     current = [loop.name for loop in schedule.loops_of(main.name)]
-    first_reduce = next((n for n in current if n in reduce), None)
-    if first_reduce is not None:
-        schedule = attempt(schedule, lambda s: T.decompose_reduction(s, main.name, first_reduce))
-    above = current[: current.index(first_reduce)] if first_reduce is not None else current
+    schedule, above = split_init(schedule, main.name, current, reduce)
     tile_loop = next((n for n in reversed(above) if n in outer), None)
     if gathered:  # the epilogue runs once every gathered point of the tile is computed
         tile_loop = gathered[-1]

@@ -68,6 +68,12 @@ class DefaultConfig:
         return 32 if self.vector_width >= 16 else 16
 
     @property
+    def row_vector_limit(self) -> int:
+        """The most vectors a register-blocked row may hold (`poly.default.row_vectors`):
+        three with `wide_rows` on a 32-register ISA, else two."""
+        return 3 if self.wide_rows and self.vector_registers >= 32 else 2
+
+    @property
     def rows(self) -> int:
         """Rows of a register block; plans take twice that where the loop is long enough
         (`gemm_block`, `conv_plan`), at two vectors a row. With 32 registers 4: 16
@@ -86,6 +92,18 @@ def attempt(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
         return fn(schedule)
     except IllegalSchedule:
         return schedule
+
+
+def split_init(
+    schedule: Schedule, main: str, current: list[str], reduce: Collection[str]
+) -> tuple[Schedule, list[str]]:
+    """The init of `main` split off before its first reduction loop (in `current`, its
+    loops' order): the schedule and the loops above that one (all, without one)."""
+    first = next((n for n in current if n in reduce), None)
+    if first is None:
+        return schedule, current
+    schedule = attempt(schedule, lambda s: T.decompose_reduction(s, main, first))
+    return schedule, current[: current.index(first)]
 
 
 def depends(load_index: tuple, dim: str) -> bool:

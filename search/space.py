@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from polytile.poly.default import (
 from polytile.poly.default_conv import conv_plan, panel_chunk, row_tiles, rows_first
 from polytile.poly.default_steps import (
     DefaultConfig,
+    attempt,
     chained_epilogue,
     compute_prologue,
     depends,
@@ -60,6 +61,7 @@ from polytile.poly.default_steps import (
     narrow_vector,
     pack_weights,
     parallelize_outer,
+    split_init,
     vectorize_innermost,
 )
 from polytile.poly.expr import loads
@@ -98,13 +100,6 @@ class Candidate:
         return self.schedule.trace_json()
 
 
-def _try(schedule: Schedule, fn: Callable[[Schedule], Schedule]) -> Schedule:
-    try:
-        return fn(schedule)
-    except IllegalSchedule:
-        return schedule
-
-
 class SearchSpace:
     """Decisions of one kernel: sample, mutate, build."""
 
@@ -121,9 +116,6 @@ class SearchSpace:
         self.kernel = kernel
         self.config = config or DefaultConfig(vector_width=lanes, threads=threads)
         self.lanes = self.config.vector_width
-        # the most vectors a register-blocked row holds (`row_vectors`)
-        wide = self.config.wide_rows and self.config.vector_registers >= 32
-        self._row_vectors = 3 if wide else 2
         self.main = main_statement(kernel)
         base = initial_schedule(kernel)
         loops = [lp.name for lp in base.loops_of(self.main.name)]
@@ -170,7 +162,9 @@ class SearchSpace:
         )
         return {
             "vec_loop": (None, *splittable),
-            "vec": tuple(w for w in VECTOR_WIDTHS if w <= self.lanes * self._row_vectors),
+            "vec": tuple(
+                w for w in VECTOR_WIDTHS if w <= self.lanes * self.config.row_vector_limit
+            ),
             "pack": (True, False),
             "block_loop": (None, *splittable),
             "block": tuple(sorted(set(BLOCKS) | divisors)),
@@ -336,7 +330,7 @@ class SearchSpace:
         main = self.main
         if decisions["rfactor"] and self.rloop is not None:
             dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
-            factored = _try(schedule, lambda s: rfactor(s, main.name, dim, factor))
+            factored = attempt(schedule, lambda s: rfactor(s, main.name, dim, factor))
             if factored is not schedule:  # partial results in vectors, then combined
                 factored = self._inline(factored, decisions, factor)
                 for node in list(factored.body):
@@ -370,7 +364,7 @@ class SearchSpace:
         if found is None:
             found = schedule
             for stmt in chosen:
-                found = _try(found, lambda s, st=stmt: inline_statement(s, st))
+                found = attempt(found, lambda s, st=stmt: inline_statement(s, st))
             self._inlined[(start, chosen)] = found
         return found
 
@@ -481,27 +475,24 @@ class SearchSpace:
         order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *low, *vec_inner]
         current = [lp.name for lp in schedule.loops_of(main.name)]
         if order != current:
-            schedule = _try(schedule, lambda s: T.reorder(s, *order))
+            schedule = attempt(schedule, lambda s: T.reorder(s, *order))
         current = [lp.name for lp in schedule.loops_of(main.name)]
         reductions = {*reduce_outer, *reduce_inner, *low}
-        first = next((n for n in current if n in reductions), None)
-        if first is not None:
-            schedule = _try(schedule, lambda s: T.decompose_reduction(s, main.name, first))
-        spatial_outer = [n for n in current[: current.index(first)]] if first else current
-        spatial_outer = [n for n in spatial_outer if n not in inner_block]
+        schedule, above = split_init(schedule, main.name, current, reductions)
+        spatial_outer = [n for n in above if n not in inner_block]
         if spatial_outer:
             depth = min(d["epilogue_depth"], len(spatial_outer) - 1)
             tile = spatial_outer[len(spatial_outer) - 1 - depth]
             if gathered and gathered[-1] in spatial_outer:  # counted from the gathered loop
                 tile = spatial_outer[max(spatial_outer.index(gathered[-1]) - depth, 0)]
             for stmt in self._epilogue(schedule.kernel):
-                schedule = _try(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
+                schedule = attempt(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
         if vec_inner:
-            schedule = _try(schedule, lambda s: T.vectorize(s, vec_inner[-1]))
+            schedule = attempt(schedule, lambda s: T.vectorize(s, vec_inner[-1]))
         if d["unroll"]:
             for part in (blocks["block_loop"], blocks["block2_loop"]):
                 if part:
-                    schedule = _try(schedule, lambda s, n=part[0]: T.unroll(s, n))
+                    schedule = attempt(schedule, lambda s, n=part[0]: T.unroll(s, n))
         for stmt in self._epilogue(schedule.kernel):
             schedule = vectorize_innermost(schedule, stmt, self.lanes)
         init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
