@@ -56,7 +56,8 @@ def main() -> None:
         "--cold",
         choices=COLD,
         default="weights",
-        help="what a flush evicts: the kernel's weights, or the whole cache",
+        help="how a timed run starts cold: with its weights evicted; after the kernels "
+        "writing its inputs, then with its weights evicted; or with the whole cache flushed",
     )
     args = parser.parse_args()
     if args.trials == 0 and not args.validate and not args.measure_only:

@@ -540,10 +540,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--cold",
-        choices=("weights", "all"),
+        choices=("weights", "producer", "all"),
         default="weights",
-        help="what the flush before a timed run evicts: the kernel's weights (its "
-        "activations stay as its last run left them) or the whole cache",
+        help="how a timed run starts cold: its weights evicted, its activations as its last "
+        "run left them (the default); the kernels that write its inputs in the model run "
+        "first, then its weights are evicted; or the whole cache is flushed",
     )
     tune.add_argument(
         "--scheduler",

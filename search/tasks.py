@@ -6,12 +6,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from polytile.frontend import Graph, import_model, optimize, partition
+from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
 from polytile.poly.canonical import canonicalize
 from polytile.poly.flatten import kernel_of
-from polytile.poly.kernel import Kernel
-from polytile.poly.lower.base import LowerConfig
+from polytile.poly.kernel import Kernel, Role
+from polytile.poly.lower.base import LowerConfig, identifier
+
+
+@dataclass(frozen=True)
+class Producer:
+    """A kernel that writes one of a task's inputs in the model. The tuner runs a task's
+    producers, in model order, before every timed run (`MeasureConfig.cold="producer"`),
+    so that its inputs sit in the caches as the model leaves them: written in pieces by
+    the producer's threads, some of it in the other core's cache."""
+
+    kernel: Kernel
+    #: its tensor the task reads, and the task's tensor that is (same bytes, same dtype)
+    output: str
+    input: str
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,8 @@ class Task:
     flops: int
     #: the fused op kind, for the summary table
     kind: str
+    #: what writes its inputs in the model, in model order (none for model inputs)
+    producers: tuple[Producer, ...] = ()
 
 
 def extract_tasks(
@@ -41,15 +59,49 @@ def extract_tasks(
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
     graph = optimize(graph)
     found: dict[str, Task] = {}
-    for group in partition(graph).groups:
-        kernel, _ = canonicalize(kernel_of(graph, group, lowering))
+    lowered: dict[int, tuple[Kernel, Mapping[str, str]]] = {}
+    groups = partition(graph).groups
+    writer = {t: g.index for g in groups for t in g.outputs}
+    for group in groups:
+        lowered[group.index] = canonicalize(kernel_of(graph, group, lowering))
+        kernel = lowered[group.index][0]
         key = kernel.workload_key()
         if key in found:
             t = found[key]
-            found[key] = Task(t.index, key, t.kernel, t.weight + 1, t.flops, t.kind)
+            found[key] = Task(t.index, key, t.kernel, t.weight + 1, t.flops, t.kind, t.producers)
         else:
-            found[key] = Task(len(found), key, kernel, 1, kernel.flops(), group.kind)
+            producers = _producers(graph, group, writer, lowered)
+            found[key] = Task(len(found), key, kernel, 1, kernel.flops(), group.kind, producers)
     return list(found.values())
+
+
+def _producers(
+    graph: Graph,
+    group: Group,
+    writer: Mapping[str, int],
+    lowered: Mapping[int, tuple[Kernel, Mapping[str, str]]],
+) -> tuple[Producer, ...]:
+    """The producers of the group's inputs, in model order: those whose kernels hold the
+    input whole under the same bytes and dtype (not a slice or a view of another shape)."""
+    kernel, names = lowered[group.index]
+    found = []
+    for tensor in group.inputs:
+        source = graph.aliases.get(tensor, tensor)
+        index = writer.get(source)
+        if tensor in graph.constants or index is None or index not in lowered:
+            continue
+        if index == group.index:
+            continue
+        producer, producer_names = lowered[index]
+        into = kernel.tensors.get(names.get(identifier(tensor), ""))
+        out = producer.tensors.get(producer_names.get(identifier(source), ""))
+        if into is None or out is None or into.role is not Role.INPUT:
+            continue
+        if out.role is not Role.OUTPUT or into.dtype != out.dtype:
+            continue
+        if np.prod(into.shape) == np.prod(out.shape):
+            found.append((index, Producer(producer, out.name, into.name)))
+    return tuple(p for _, p in sorted(found, key=lambda f: f[0]))
 
 
 def select_tasks(tasks: Sequence[Task], spec: str | None) -> list[Task]:

@@ -195,6 +195,7 @@ def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, caps
         (["--validate", "5"], True, 5),
         (["--validate", "0"], True, 0),
         (["--cold", "all"], True, 3),
+        (["--cold", "producer"], True, 3),
     ],
 )
 def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
@@ -202,8 +203,8 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
 ) -> None:
     """Whole-model tuning times kernels cold by default, their weights evicted (warm
     timings chose schedules that lost in the model, see the ResNet-50 results; `--cold
-    all` flushes the whole cache), then re-ranks the best candidates of
-    each task inside the model."""
+    producer` runs the kernels writing their inputs first, `--cold all` flushes the whole
+    cache), then re-ranks the best candidates of each task inside the model."""
     import polytile.search.tune as tune_module
 
     seen = {}
@@ -217,7 +218,7 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
     argv = ["tune", str(path), "--trials", "1", "--records", str(tmp_path / "r.jsonl"), *flag]
     assert cli.main(argv) == cli.EXIT_BAD_INPUT
     assert seen["measure"].flush_cache is flushed
-    assert seen["measure"].cold == ("all" if "--cold" in flag else "weights")
+    assert seen["measure"].cold == (flag[1] if "--cold" in flag else "weights")
     validation = seen["validation"]
     assert (validation.top if validation is not None else 0) == top
 

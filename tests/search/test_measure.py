@@ -243,3 +243,59 @@ def test_a_cold_run_evicts_only_the_weights_where_the_host_can(
 def test_cold_names_what_a_flush_evicts() -> None:
     with pytest.raises(InputError, match="cold"):
         MeasureConfig(cold="some")
+
+
+def test_a_cold_run_follows_the_producers_and_reads_what_they_wrote(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`cold="producer"`: before every timed run the task's producers run
+    in model order, writing the candidate's inputs, and then its weights are evicted;
+    the candidate reads each such input from its producer's output buffer (the same
+    memory, whatever shape the producer gave it). Warm timing runs no producer."""
+    import polytile.codegen.flush as F
+    import polytile.search.measure as M
+
+    events: list[object] = []
+    evict = lambda *buffers: events.append(("evict", [b.shape for b in buffers]))  # noqa: E731
+    monkeypatch.setattr(F, "line_flusher", lambda target: evict)
+    conv = kernel_from_node(
+        helper.make_node("Conv", ["x", "w", "b"], ["y"]),
+        {"x": (1, 4, 3, 3), "b": (2,)},
+        initializers={"w": np.ones((2, 4, 1, 1), np.float32)},
+    )
+    x, b = (
+        next(t.name for t in conv.tensors.values() if t.shape == s) for s in [(1, 4, 3, 3), (2,)]
+    )
+    assert conv.tensors[x].role is Role.INPUT and conv.tensors[b].role is Role.INPUT
+
+    class Producer:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def run_on(self, buffers: dict) -> None:
+            events.append(self.name)
+
+    made = {"bias": np.zeros(2, np.float32), "out": np.zeros(36, np.float32)}
+
+    class Native:
+        kernel = conv
+        target = host()
+        shared = True
+
+        def run_on(self, buffers: dict) -> None:
+            assert buffers[x].shape == (1, 4, 3, 3)
+            assert np.shares_memory(buffers[x], made["out"]) is self.shared
+            assert np.shares_memory(buffers[b], made["bias"]) is self.shared
+            events.append("run")
+
+    ready = [(Producer("first"), made, "bias", b), (Producer("second"), made, "out", x)]
+    buffers = allocate(conv, {x: np.zeros((1, 4, 3, 3), np.float32), b: np.zeros(2, np.float32)})
+    config = MeasureConfig(number=2, repeat=1, flush_cache=True, cold="producer")
+    M._time(Native(), buffers, config, ready)
+    produced = ["first", "second", ("evict", [(2, 4, 1, 1)])]
+    assert events == ["run", *produced, "run", *produced, "run"]
+    events.clear()
+    warm = Native()
+    warm.shared = False
+    M._time(warm, buffers, MeasureConfig(number=1, repeat=1, min_repeat_ms=0), ready)
+    assert events == ["run"] * 2
