@@ -54,6 +54,9 @@ class DefaultConfig:
     #: a matrix-product plan's register-blocked rows may hold three vectors (see
     #: `row_vectors`)
     wide_rows: bool = True
+    #: vector tiles a band of a tiles-first matrix-product plan holds where its output
+    #: outgrows L2 (see `tile_band`; 0: no bands)
+    band_tiles: int = 8
     #: L1 as the panels of an input operand see it: rows `l1_way_bytes` apart share a set,
     #: which holds `l1_ways` lines (32 KB, 8 ways on x86 cores; see `packed_inputs`)
     l1_way_bytes: int = 4096

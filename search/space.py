@@ -42,6 +42,7 @@ from polytile.poly.default import (
     packed_inputs,
     register_block,
     row_vectors,
+    tile_band,
     tiles_first,
     weights_first,
     window_block,
@@ -80,7 +81,9 @@ OUTER_TILES = (0, 2, 4, 8, 16, 32)
 #: register blocks of rows walking over one cache tile (`poly.default.cache_rows`)
 ROW_TILES = (0, 4, 8, 16, 32)
 #: what a decision that a record of an older space lacks meant there
-ABSENT = {"row_tile": 0}
+ABSENT = {"row_tile": 0, "band": 0}
+#: tiles a band of the outermost loop holds (`poly.default.tile_band`; 0: no bands)
+BANDS = (0, *range(2, 17))
 RFACTORS = (8, 16, 32, 64)
 #: largest register block sampled from a loop's divisors (accumulators are registers)
 MAX_BLOCK = 16
@@ -177,6 +180,7 @@ class SearchSpace:
             "otile": OUTER_TILES,
             "row_tile": ROW_TILES,
             "outer_first": (None, *splittable),
+            "band": BANDS,
             "epilogue_depth": (0, 1, 2, 3),
             "unroll": (True, False),
             "parallel_depth": (None, 1, 2, 3),
@@ -246,6 +250,7 @@ class SearchSpace:
             "otile": 0,
             "row_tile": 0,
             "outer_first": None,
+            "band": 0,
             "epilogue_depth": 0,
             "unroll": True,
             "parallel_depth": None,
@@ -289,6 +294,7 @@ class SearchSpace:
                 d["vec_loop"] = None
             reduce_extents = [self.extent[r] for r in self.reduce]
             vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
+            vec_tiles_up = -(-extent // d["vec"]) if d["vec_loop"] is not None else 0
             tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
             if d["block_loop"] is None:
                 d["block_loop"] = window_block(
@@ -322,6 +328,8 @@ class SearchSpace:
                 dims = self.dim_of[vec], self.dim_of[block]
                 if first or tiles_first(self.kernel, self.main.name, *dims, self.config):
                     d["outer_first"] = vec
+                if first:
+                    d["band"] = tile_band(self.kernel, self.main, vec_tiles_up, self.config)
         return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}
 
     # --- building ---------------------------------------------------------------------
@@ -433,6 +441,12 @@ class SearchSpace:
             # tile stays in cache across the blocks instead of streaming once per block
             outer.remove(first[0])
             outer.insert(0, first[0])
+            if d["band"] and not self.gathered and d["otile_loop"] != d["outer_first"]:
+                # bands of those tiles: the blocks go between the bands and their tiles
+                schedule, parts = self._split(schedule, first[0], d["band"])
+                if len(parts) == 2:
+                    outer[0] = parts[0]
+                    outer.append(parts[1])
         gathered = [h for n in self.gathered for h in heads[n]]
         if gathered:  # as the default: inside the other loops, outside the row tiles
             lead = [o for o in first[:1] if o not in gathered]

@@ -20,8 +20,9 @@ from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.ast import Block, build_ast, explain
 from polytile.poly.contract import private_temporaries
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default import DefaultConfig, default_schedule, tile_band
 from polytile.poly.default_conv import conv_plan
+from polytile.poly.default_steps import main_statement
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.flatten import flatten_planes
 from polytile.poly.interp import run_schedule
@@ -560,6 +561,54 @@ def test_a_1x1_conv_whose_weights_stay_cached_walks_its_pixel_tiles_outermost(
     assert names[0].startswith("oh_ow") is first
     assert any(n.startswith("c0") for n in names) is not first  # the cache tiles
     check_default_1x1(conv, schedule, config, w)
+
+
+@pytest.mark.parametrize(
+    ("band_tiles", "cache_kb", "band"), [(8, 128, 8), (0, 128, 0), (8, 512, 0)]
+)
+def test_pixel_tiles_walked_first_go_in_bands_where_the_output_outgrows_l2(
+    band_tiles: int, cache_kb: int, band: int
+) -> None:
+    """64 -> 64 channels over 32 x 32 pixels (flattened): the pixel tiles go first (the
+    weights, 16 KB, fit a quarter of a 128 KB L2; the input, 256 KB, outgrows an
+    eighth), and the output (256 KB) outgrows L2: the 64 tiles go in bands of 8, four
+    bands a thread, each channel block writing a band before the next block. With
+    `band_tiles` 0, or an L2 (512 KB) that holds the output, no bands. The space's default
+    decisions build the same schedule; compiled, it matches numpy."""
+    w, conv = flat_1x1_conv(64, 64, 32)
+    config = DefaultConfig(
+        vector_width=8,
+        threads=2,
+        min_parallel_work=0,
+        cache_bytes=cache_kb << 10,
+        band_tiles=band_tiles,
+    )
+    schedule = default_schedule(conv, config)
+    main = main_statement(schedule.kernel).name  # not the input's packing copy
+    loops = [(lp.name, T.loop_extent(schedule, lp.name)) for lp in schedule.loops_of(main)]
+    assert schedule.loops_of(main)[0].annotation == "parallel"
+    loops = [(n, e) for n, e in loops if e > 1]  # the batch's loop runs once
+    if band:
+        assert [n for n, _ in loops[:3]] == ["oh_ow00", "m0", "oh_ow01"]
+        assert loops[0][1] == 64 // band and loops[2][1] == band
+    else:
+        assert loops[0] == ("oh_ow0", 64) and loops[1][0] == "m0"
+    assert SearchSpace(conv, config=config).default_decisions()["band"] == band
+    check_default_1x1(conv, schedule, config, w)
+
+
+def test_a_band_splits_the_tiles_evenly_among_the_threads() -> None:
+    """ResNet-50's 64 -> 256 conv at 56x56 (3136 pixels: 66 tiles of 48, a 3.2 MB
+    output): bands of 11 tiles, three a thread, where bands of 8 would leave one thread
+    five and the other four. Where the output fits L2, or the tiles are too few for a band
+    a thread, none."""
+    _, conv = flat_1x1_conv(256, 64, 56)
+    main = max(conv.statements, key=lambda st: len(st.dims))
+    config = DefaultConfig(vector_width=16, threads=2, cache_bytes=2 << 20)
+    assert tile_band(conv, main, 66, config) == 11
+    assert tile_band(conv, main, 64, config) == 8
+    assert tile_band(conv, main, 3, config) == 0
+    assert tile_band(conv, main, 66, replace(config, cache_bytes=4 << 20)) == 0
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ def test_sampled_and_mutated_candidates_are_correct(name: str) -> None:
     want = run_program_order(k, inputs)
     decisions = space.sample(rng)
     traces = set()
-    for _ in range(12):
+    for _ in range(16):
         candidate = space.build(decisions)
         assert replay(k, candidate.trace).body == candidate.schedule.body
         got = run_schedule(candidate.schedule, inputs)
