@@ -98,6 +98,11 @@ class MeasureConfig:
     #: a Dask scheduler's address ("tcp://10.0.0.5:8786"): build candidates on its cluster
     scheduler: str | None = None
 
+    @property
+    def runs_producers(self) -> bool:
+        """Whether timed runs start after the task's producers (`Measurer.set_task`)."""
+        return self.flush_cache and self.cold == "producer"
+
     def __post_init__(self) -> None:
         if self.cold not in COLD:
             raise InputError(f"MeasureConfig: cold must be one of {COLD}, got {self.cold!r}")
@@ -215,7 +220,7 @@ def _time(
     `enable_cpu_cache_flush`, `MeasureConfig.cold`; `ready`: the task's producers, built):
     the `number` runs are timed one by one, the producers and flushes left out, and
     `min_repeat_ms` does not apply (each run costs a flush)."""
-    if config.flush_cache and config.cold == "producer" and ready:
+    if config.runs_producers and ready:
         # the candidate reads what its producers write: their output buffers
         buffers = dict(buffers)
         for _, made, output, into in ready:
@@ -339,7 +344,7 @@ def _keep(held: dict, job: int, result: tuple) -> tuple:
 def _ready(preludes: Sequence[Prelude], target: Target, config: MeasureConfig) -> tuple:
     """The task's producers built and run once (none unless timed runs start from them):
     (the built ones, a message naming any that failed to build, which are left out)."""
-    if not (config.flush_cache and config.cold == "producer"):
+    if not config.runs_producers:
         return (), ""
     from polytile.codegen.native import NativeKernel
     from polytile.poly.transform import replay

@@ -391,7 +391,9 @@ class Tuner:
         if state.reference is None:  # the default schedule's outputs, computed once
             state.reference = reference_outputs(state.default, self.target, self.seed)
         if measurer.task_key != task.key:
-            before = preludes(task.producers, self.target, self._producer_traces)
+            before = ()
+            if measurer.config.runs_producers:
+                before = preludes(task.producers, self.target, self._producer_traces)
             measurer.set_task(task.kernel, *state.reference, before)
             measurer.task_key = task.key
         traces: list[list[dict[str, Any]]] = []

@@ -193,7 +193,9 @@ def _neighbours(
             if measurer is None:  # worker processes only when there is something to time
                 measurer = stack.enter_context(Measurer(target, measure))
             reference = reference_outputs(default_of[task.key], target, seed)
-            before = preludes(task.producers, target, producer_traces)
+            before = ()
+            if measurer.config.runs_producers:
+                before = preludes(task.producers, target, producer_traces)
             measurer.set_task(task.kernel, *reference, before)
             (record,) = measurer.measure(task.key, [list(trace)], seed)
             record = replace(record, decisions=decisions)

@@ -3,6 +3,8 @@ producers), which the tuner runs before timing it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +17,9 @@ from polytile.compiler import default_config
 from polytile.poly.default import default_schedule
 from polytile.poly.kernel import Role
 from polytile.search.measure import MeasureConfig, Measurer, Prelude, preludes, reference_outputs
+from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks
+from polytile.search.tune import tune
 
 RNG = np.random.default_rng(3)
 
@@ -106,3 +110,41 @@ def test_timed_runs_follow_the_producers_and_a_broken_one_is_left_out() -> None:
             measurer.set_task(task.kernel, *reference_outputs(default, host(), 0), (broken,))
         (still,) = measurer.measure(task.key, [default.trace_json()])
         assert still.ok
+
+
+@pytest.mark.parametrize("cold", ["producer", "weights"])
+def test_tuning_hands_the_workers_the_producers_only_when_timed_after_them(
+    cold: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tune` with `cold="producer"` gives each task's measurement its producers under
+    their default schedules (none for the task reading the model's input); with
+    `cold="weights"` none. Either way every candidate is measured and verified."""
+    given: dict[str, tuple] = {}
+    set_task = Measurer.set_task
+
+    def spy(self: Measurer, kernel, inputs, expected, before=()) -> None:
+        given[kernel.workload_key()] = tuple(before)
+        set_task(self, kernel, inputs, expected, before)
+
+    monkeypatch.setattr(Measurer, "set_task", spy)
+    tasks = extract_tasks(CHAIN)
+    measure = MeasureConfig(number=1, repeat=1, flush_cache=True, cold=cold)
+    result = tune(
+        CHAIN,
+        trials=6,
+        records=str(tmp_path / "r.jsonl"),
+        seed=0,
+        batch=2,
+        progress=False,
+        measure=measure,
+    )
+    assert result.trials == 6 and set(given) == {t.key for t in tasks}
+    for task in tasks:
+        keys = [p.kernel.workload_key() for p in given[task.key]]
+        want = [p.kernel.workload_key() for p in task.producers] if cold == "producer" else []
+        assert keys == want
+        for p in given[task.key]:
+            default = default_schedule(p.kernel, default_config(host()))
+            assert list(p.trace) == default.trace_json()
+    records = RecordFile(str(tmp_path / "r.jsonl")).read()
+    assert len(records) == 6 and all(r.ok for r in records)
