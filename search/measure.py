@@ -100,6 +100,11 @@ class MeasureConfig:
     scheduler: str | None = None
 
     @property
+    def start(self) -> str:
+        """How timed runs start, as records keep it: "warm", or the cold mode."""
+        return self.cold if self.flush_cache else "warm"
+
+    @property
     def runs_producers(self) -> bool:
         """Whether timed runs start after the task's producers (`Measurer.set_task`)."""
         return self.flush_cache and self.cold == "producer"
@@ -670,6 +675,7 @@ class Measurer:
             error=reply.error,
             message=reply.message[:2000],
             seed=seed,
+            start=self.config.start,
         )
 
 

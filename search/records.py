@@ -6,7 +6,9 @@ seconds, the error kind (None when the candidate built, ran and verified), the s
 timestamp, the search space's decisions behind the trace (the tuner's population when
 it resumes) and how the latencies were timed: "kernel" (the measurer ran the kernel
 alone, as the search compares candidates) or "model" (seconds per call of the kernel
-inside inferences of the whole model: `validate` re-ranks a task's best candidates so).
+inside inferences of the whole model: `validate` re-ranks a task's best candidates so),
+and for a kernel timed alone how its timed runs started (`start`: "warm", or the
+measurement's cold mode, "weights", "producer" or "all"; empty in older files).
 Latencies of the two timings are not compared with each other. Lines are flushed and
 fsynced after each batch, so a crash loses at most the batch in flight and never a
 committed line; a partial or corrupt line is skipped with a warning when reading.
@@ -56,6 +58,9 @@ class Record:
     decisions: Mapping[str, Any] | None = None
     #: "kernel" (timed alone) or "model" (timed inside the model's inferences)
     timing: str = "kernel"
+    #: how the timed runs of a kernel timed alone started (`MeasureConfig.start`; empty
+    #: when unknown: a record from before it was kept, or timed in the model)
+    start: str = ""
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERRORS:
@@ -93,6 +98,7 @@ class Record:
             "timestamp": self.timestamp,
             "decisions": dict(self.decisions) if self.decisions is not None else None,
             "timing": self.timing,
+            "start": self.start,
         }
 
     @staticmethod
@@ -110,6 +116,7 @@ class Record:
             message=str(data.get("message", "")),
             decisions=data.get("decisions"),
             timing=str(data.get("timing", "kernel")),
+            start=str(data.get("start", "")),
         )
 
 

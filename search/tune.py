@@ -31,6 +31,7 @@ import functools
 import json
 import random
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -220,6 +221,17 @@ class Tuner:
         for r in records.read(target=target.key()):
             if r.timing == "kernel":  # in-model times do not compare with the search's
                 previous.setdefault(r.workload, []).append(r)
+        others = sorted(
+            {r.start or "unknown" for rs in previous.values() for r in rs}
+            - {self.measure_config.start}
+        )
+        if others:
+            warnings.warn(
+                f"tuning records {records.path}: some candidates were timed "
+                f"{' or '.join(others)}, this run times them {self.measure_config.start}; "
+                "their latencies are compared as they are",
+                stacklevel=2,
+            )
         for task in tasks:
             state = TaskState(
                 task,

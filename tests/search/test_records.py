@@ -67,6 +67,18 @@ def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> 
         record(timing="wall")
 
 
+def test_how_timed_runs_started_round_trips_and_is_unknown_in_older_lines(
+    tmp_path: Path,
+) -> None:
+    f = RecordFile(tmp_path / "r.jsonl")
+    f.append([record(start="producer")])
+    line = record().to_json()
+    del line["start"]  # a line written before records said how timed runs started
+    with open(f.path, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    assert [r.start for r in f.read()] == ["producer", ""]
+
+
 def test_best_takes_the_fastest_of_the_latest_in_model_validation() -> None:
     def traced(loop: str, latency: float, **kw: object) -> Record:
         step = {"kind": "split", "args": {"loop": loop}}

@@ -105,7 +105,7 @@ def test_timed_runs_follow_the_producers_and_a_broken_one_is_left_out() -> None:
     with Measurer(host(), config) as measurer:
         measurer.set_task(task.kernel, *reference_outputs(default, host(), 0), before)
         (ok,) = measurer.measure(task.key, [default.trace_json()])
-        assert ok.ok and len(ok.latencies) == 2
+        assert ok.ok and len(ok.latencies) == 2 and ok.start == "producer"
         with pytest.warns(UserWarning, match="producers not run"):
             measurer.set_task(task.kernel, *reference_outputs(default, host(), 0), (broken,))
         (still,) = measurer.measure(task.key, [default.trace_json()])

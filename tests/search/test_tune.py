@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
 from polytile.errors import InputError
+from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks, select_tasks
 from polytile.search.tune import tune
@@ -62,6 +63,26 @@ def test_tune_records_resumes_and_compile_applies(tmp_path: Path) -> None:
     want = 1 / (1 + np.exp(-np.maximum(x @ W, 0)))
     tuned = pt.compile(model(), records=str(path))
     np.testing.assert_allclose(tuned.run({"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_resuming_records_timed_another_way_warns(tmp_path: Path) -> None:
+    """Each record says how its timed runs started; a tune resuming a file whose
+    candidates were timed otherwise (warm here, cold there) says that their latencies
+    are compared as they are. Resumed the same way, it says nothing."""
+    import warnings
+
+    path = tmp_path / "r.jsonl"
+    tune(model(), trials=2, records=str(path), seed=0, batch=2, progress=False)
+    assert {r.start for r in RecordFile(path).read()} == {"warm"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tune(model(), trials=1, records=str(path), seed=0, batch=1, progress=False)
+    assert not [w for w in caught if "were timed" in str(w.message)]
+    cold = MeasureConfig(flush_cache=True, number=1, repeat=1)
+    with pytest.warns(UserWarning, match="timed warm, this run times them weights"):
+        tune(model(), trials=1, records=str(path), seed=0, batch=1, progress=False,
+             measure=cold)  # fmt: skip
+    assert [r.start for r in RecordFile(path).read()] == ["warm"] * 3 + ["weights"]
 
 
 def test_compile_ignores_records_of_another_target(tmp_path: Path) -> None:
