@@ -361,10 +361,10 @@ def tiles_first(
 def tile_band(kernel: Kernel, main: Statement, tiles: int, config: DefaultConfig) -> int:
     """Vector tiles a band holds when a matrix-product plan walks its tiles first and its
     output outgrows L2 (0: no bands): each register block then writes a band of tiles,
-    a run of `band` x 3 lines a row, before the next block, where a single tile left its
-    output (and a residual read in place) as 3-line pieces of hundreds of rows, too many
-    streams for the prefetchers. The band count splits evenly among the threads; among
-    those sizes, the one nearest `config.band_tiles`. On a 2-vCPU Intel AVX-512 host
+    one run of `band` tiles a row, before the next block, where a single tile left its
+    output (and a residual read in place) as pieces of a few lines in each of hundreds of
+    rows, too many streams for the prefetchers. The band count splits evenly among the
+    threads; among those sizes, the one nearest `config.band_tiles`. On a 2-vCPU Intel AVX-512 host
     (2 MB L2), calls in the model (the order of the variants alternating): ResNet-50's
     64->256 1x1 convs at 56x56 (3.2 MB outputs) 0.427 -> 0.357 ms without the residual,
     0.456 -> 0.424 with it; the model even (1.120 against 1.124x onnxruntime's latency,

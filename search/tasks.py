@@ -81,8 +81,9 @@ def _producers(
     writer: Mapping[str, int],
     lowered: Mapping[int, tuple[Kernel, Mapping[str, str]]],
 ) -> tuple[Producer, ...]:
-    """The producers of the group's inputs, in model order: those whose kernels hold the
-    input whole under the same bytes and dtype (not a slice or a view of another shape)."""
+    """The producers of the group's inputs, in model order: those whose kernels write
+    the input whole, in the same bytes and dtype (whatever shape each kernel gives it;
+    not a slice of a larger tensor)."""
     kernel, names = lowered[group.index]
     found = []
     for tensor in group.inputs:
