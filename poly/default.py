@@ -170,8 +170,8 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
     ):
         outer.remove(v0)
         outer.insert(0, v0)
-        band = tile_band(schedule.kernel, main, T.loop_extent(schedule, v0), config)
-        if first and band:
+        band = tile_band(schedule.kernel, main, T.loop_extent(schedule, v0), config) if first else 0
+        if band:
             try:
                 schedule, (v_band, v_tile) = T.split_named(schedule, v0, (None, band))
                 outer = [v_band, *outer[1:], v_tile]
@@ -364,8 +364,8 @@ def tile_band(kernel: Kernel, main: Statement, tiles: int, config: DefaultConfig
     one run of `band` tiles a row, before the next block, where a single tile left its
     output (and a residual read in place) as pieces of a few lines in each of hundreds of
     rows, too many streams for the prefetchers. The band count splits evenly among the
-    threads; among those sizes, the one nearest `config.band_tiles`. On a 2-vCPU Intel AVX-512 host
-    (2 MB L2), calls in the model (the order of the variants alternating): ResNet-50's
+    threads; among those sizes, the one nearest `config.band_tiles`. On a 2-vCPU Intel
+    AVX-512 host (2 MB L2), calls in the model (the order of the variants alternating): ResNet-50's
     64->256 1x1 convs at 56x56 (3.2 MB outputs) 0.427 -> 0.357 ms without the residual,
     0.456 -> 0.424 with it; the model even (1.120 against 1.124x onnxruntime's latency,
     within its noise), the zoo's other models unchanged (none of their kernels has such

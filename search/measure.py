@@ -473,6 +473,8 @@ class Measurer:
             self._remote = RemoteBuilder(self.config.scheduler, target, self.config.timeout)
         self._workers: list[_Worker | None] = [None] * self.config.workers
         self._task: tuple[Kernel, dict, dict, tuple[Prelude, ...]] | None = None
+        #: the default traces of the tasks' producers, by workload key (`preludes`)
+        self._producer_traces: dict[str, tuple] = {}
         #: the caller's key of the task the workers hold (set_task is skipped when equal)
         self.task_key: str | None = None
         #: the builds and timed runs the workers reported during the last `measure`
@@ -531,6 +533,13 @@ class Measurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def preludes(self, producers: Sequence[Producer]) -> tuple[Prelude, ...]:
+        """A task's producers as `set_task` takes them: under their default schedules
+        where timed runs start after them (`MeasureConfig.runs_producers`), else none."""
+        if not self.config.runs_producers:
+            return ()
+        return preludes(producers, self.target, self._producer_traces)
 
     def set_task(
         self, kernel: Kernel, inputs: dict, expected: dict, preludes: Sequence[Prelude] = ()

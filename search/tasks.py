@@ -89,9 +89,7 @@ def _producers(
     for tensor in group.inputs:
         source = graph.aliases.get(tensor, tensor)
         index = writer.get(source)
-        if tensor in graph.constants or index is None or index not in lowered:
-            continue
-        if index == group.index:
+        if tensor in graph.constants or index is None or index == group.index:
             continue
         producer, producer_names = lowered[index]
         into = kernel.tensors.get(names.get(identifier(tensor), ""))

@@ -48,7 +48,7 @@ from polytile.poly.schedule import Schedule
 from polytile.poly.transform import replay
 
 from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
-from .measure import MeasureConfig, Measurer, preludes, reference_outputs
+from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, trace_key
 from .space import Candidate, Decisions, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
@@ -214,8 +214,6 @@ class Tuner:
         self.rng = random.Random(seed)
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
         config = default_config(target)
-        #: the default traces of the tasks' producers, by workload key
-        self._producer_traces: dict[str, tuple] = {}
         self.states: list[TaskState] = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
@@ -403,9 +401,7 @@ class Tuner:
         if state.reference is None:  # the default schedule's outputs, computed once
             state.reference = reference_outputs(state.default, self.target, self.seed)
         if measurer.task_key != task.key:
-            before = ()
-            if measurer.config.runs_producers:
-                before = preludes(task.producers, self.target, self._producer_traces)
+            before = measurer.preludes(task.producers)
             measurer.set_task(task.kernel, *state.reference, before)
             measurer.task_key = task.key
         traces: list[list[dict[str, Any]]] = []

@@ -43,7 +43,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.schedule import Schedule
 
-from .measure import MeasureConfig, Measurer, preludes, reference_outputs
+from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, best_records, trace_key
 from .space import SearchSpace
 from .tasks import Task
@@ -170,7 +170,6 @@ def _neighbours(
     `budget`; one `known` from the records is not measured again), append its record and
     add it to the task's candidates when it is correct; returns how many were measured."""
     measured = 0
-    producer_traces: dict[str, tuple] = {}
     with contextlib.ExitStack() as stack:
         measurer: Measurer | None = None
         for task in tasks:
@@ -193,10 +192,7 @@ def _neighbours(
             if measurer is None:  # worker processes only when there is something to time
                 measurer = stack.enter_context(Measurer(target, measure))
             reference = reference_outputs(default_of[task.key], target, seed)
-            before = ()
-            if measurer.config.runs_producers:
-                before = preludes(task.producers, target, producer_traces)
-            measurer.set_task(task.kernel, *reference, before)
+            measurer.set_task(task.kernel, *reference, measurer.preludes(task.producers))
             (record,) = measurer.measure(task.key, [list(trace)], seed)
             record = replace(record, decisions=decisions)
             records.append([record])

@@ -52,13 +52,20 @@ def test_unknown_error_kind_is_rejected() -> None:
         Record("w", TARGET, (), (), error="oops")
 
 
-def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> None:
-    f = RecordFile(tmp_path / "r.jsonl")
-    f.append([record(timing="model")])
+def with_an_older_line(path: Path, written: Record, lacking: str) -> RecordFile:
+    """A records file holding `written`, then a line from before records kept the field
+    `lacking`."""
+    f = RecordFile(path)
+    f.append([written])
     line = record().to_json()
-    del line["timing"]  # a line written before records said how they were timed
+    del line[lacking]
     with open(f.path, "a") as handle:
         handle.write(json.dumps(line) + "\n")
+    return f
+
+
+def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> None:
+    f = with_an_older_line(tmp_path / "r.jsonl", record(timing="model"), "timing")
     assert [r.timing for r in f.read()] == ["model", "kernel"]
     # alone, the best time; in the model, the median over neighbours and turns
     assert record(latency=2.0).latency == 2.0
@@ -70,12 +77,7 @@ def test_timing_round_trips_and_older_lines_were_timed_alone(tmp_path: Path) -> 
 def test_how_timed_runs_started_round_trips_and_is_unknown_in_older_lines(
     tmp_path: Path,
 ) -> None:
-    f = RecordFile(tmp_path / "r.jsonl")
-    f.append([record(start="producer")])
-    line = record().to_json()
-    del line["start"]  # a line written before records said how timed runs started
-    with open(f.path, "a") as handle:
-        handle.write(json.dumps(line) + "\n")
+    f = with_an_older_line(tmp_path / "r.jsonl", record(start="producer"), "start")
     assert [r.start for r in f.read()] == ["producer", ""]
 
 
