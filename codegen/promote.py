@@ -59,11 +59,6 @@ LINE_BYTES = 64
 #: left more spills in its loop (the register allocator chose differently) and took
 #: 15% longer in the model when the host slowed a vCPU
 FUSED_INIT_REGISTERS = 24
-#: the largest constant panel per parallel iteration fetched ahead. Measured in
-#: ResNet-50: the 64 KB panels of its 512→2048 1×1 convs gained 17% a call; the 128 KB
-#: and 256 KB panels of the other layer-4 1×1 convs gained nothing or lost (the next
-#: panel then competes in L2 with the one in use and the activations)
-PANEL_BYTES = 1 << 16
 
 
 @dataclass
@@ -197,7 +192,8 @@ class Accumulators:
             contiguous = lanes is not None and lanes.strides.get(text) == 1
             count = lanes.count if contiguous and lanes is not None else 1
             panel = self.stride_along(stmt, loop, text)
-            if not panel or count * size < LINE_BYTES or abs(panel) * size > PANEL_BYTES:
+            largest = self.mc.target.prefetch_panel
+            if not panel or count * size < LINE_BYTES or abs(panel) * size > largest:
                 # the same panel for every iteration, a line read over several iterations
                 # (asked for again each time), or a panel L2 would not hold twice
                 continue

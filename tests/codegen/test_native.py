@@ -24,12 +24,20 @@ from polytile.poly.reference import BUFFER_ALIGN, run_program_order
 from polytile.poly.schedule import Loop, Schedule, initial_schedule
 
 
-def avx512_ir(schedule: Schedule, prefetch_weights: bool = True) -> str:
+def avx512_ir(
+    schedule: Schedule, prefetch_weights: bool = True, prefetch_panel: int = 1 << 16
+) -> str:
     """The LLVM IR of `schedule` for a CPU with AVX-512 (16 float lanes a register),
     whatever the host: the tests that read IR count registers of that width. (Their
     values are checked with the host's own code.)"""
     target = Target(
-        "skylake-avx512", "", host().triple, 512, num_threads=2, prefetch_weights=prefetch_weights
+        "skylake-avx512",
+        "",
+        host().triple,
+        512,
+        num_threads=2,
+        prefetch_weights=prefetch_weights,
+        prefetch_panel=prefetch_panel,
     )
     return build_part(schedule, target)[0]
 
@@ -553,24 +561,25 @@ def test_a_reduction_with_few_accumulators_keeps_partial_sums(dtype: str, depth:
 
 @pytest.mark.parametrize("window", [True, False])
 @pytest.mark.parametrize(
-    ("depth", "pack", "parallel", "fetched"),
+    ("depth", "pack", "parallel", "panel", "fetched"),
     [
-        (64, False, True, True),
-        (64, True, True, True),
-        (1100, True, True, False),
-        (64, False, False, False),
+        (64, False, True, 1 << 16, True),
+        (64, True, True, 1 << 16, True),
+        (1100, True, True, 1 << 16, False),
+        (1100, True, True, 1 << 17, True),
+        (64, False, False, 1 << 16, False),
     ],
 )
 def test_the_next_parallel_iterations_weights_are_fetched_ahead(
-    depth: int, pack: bool, parallel: bool, fetched: bool, window: bool
+    depth: int, pack: bool, parallel: bool, panel: int, fetched: bool, window: bool
 ) -> None:
     """A register tile reduction that reads a block of constant weights per iteration of
     the parallel loop asks for the next iteration's lines (into L2) while it computes;
-    a panel above `PANEL_BYTES` (1100 × 16 floats packed, 70 KB) and a
-    serial loop nest are not prefetched. On a target that prefetches weights, every
-    parallel one also asks for a line of the prefetch window (the model's next kernel's
-    weights, locality 1) per reduction step; outside a model the window is empty (a
-    line of its own). Values match the reference either way."""
+    a panel above the target's `prefetch_panel` (1100 × 16 floats packed, 70 KB, against
+    64 KB; not against 128 KB) and a serial loop nest are not prefetched. On a target
+    that prefetches weights, every parallel one also asks for a line of the prefetch
+    window (the model's next kernel's weights, locality 1) per reduction step; outside a
+    model the window is empty (a line of its own). Values match the reference either way."""
     weights = np.random.default_rng(4).standard_normal((depth, 64)).astype(np.float32)
     k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, depth), W=weights)
     steps: list[tuple[str, dict[str, object]]] = [("split", {"loop": "i", "factors": (None, 16)})]
@@ -586,7 +595,7 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
         steps.append(("parallel", {"loop": "i0"}))
     schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
     # (locality 2: the next iteration's weights; the prefetch window asks with 1)
-    ir_text = avx512_ir(schedule, prefetch_weights=window).replace('"', "")
+    ir_text = avx512_ir(schedule, window, panel).replace('"', "")
     steps_asked = re.findall(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)", ir_text)
     assert bool(steps_asked) is (parallel and window)
     assert (

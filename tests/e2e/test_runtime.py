@@ -30,7 +30,7 @@ from polytile.codegen.module import (
     prefetch_targets,
 )
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
-from polytile.codegen.target import host, prefetches_weights
+from polytile.codegen.target import host, panel_bytes, prefetches_weights
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -217,6 +217,15 @@ def test_a_target_that_leaves_prefetching_to_the_hardware_has_no_window(block) -
             assert not any(re.search(r"store ptr [^\n]*polytile_prefetch_at", t) for t in texts)
     assert prefetches_weights("znver3") and prefetches_weights("znver5")
     assert not prefetches_weights("rocketlake") and not prefetches_weights("skylake-avx512")
+
+
+def test_the_panel_fetched_ahead_is_half_of_l2_where_that_was_measured() -> None:
+    """`Target.prefetch_panel`: 64 KB on the Zen CPUs, where larger panels did not pay;
+    half of L2 elsewhere, so that the next panel fits beside the one in use."""
+    assert panel_bytes("znver5", 1 << 20) == panel_bytes("znver3", 1 << 19) == 1 << 16
+    assert panel_bytes("rocketlake", 2 << 20) == 1 << 20
+    assert panel_bytes("skylake-avx512", 1 << 20) == 1 << 19
+    assert host().prefetch_panel == panel_bytes(host().cpu, host().l2_bytes)
 
 
 def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:
