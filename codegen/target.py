@@ -80,16 +80,17 @@ def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
     threads = num_threads if num_threads is not None else default_threads()
     if threads < 1:
         raise CodegenError(f"num_threads must be at least 1, got {threads}")
+    cpu, l2 = llvm.get_host_cpu_name(), l2_bytes()
     return Target(
-        cpu=llvm.get_host_cpu_name(),
+        cpu=cpu,
         features=features,
         triple=llvm.get_process_triple(),
         vector_bits=bits,
         num_threads=threads,
         opt_level=opt_level,
-        l2_bytes=l2_bytes(),
-        prefetch_weights=prefetches_weights(llvm.get_host_cpu_name()),
-        prefetch_panel=panel_bytes(llvm.get_host_cpu_name(), l2_bytes()),
+        l2_bytes=l2,
+        prefetch_weights=prefetches_weights(cpu),
+        prefetch_panel=panel_bytes(cpu, l2),
     )
 
 
