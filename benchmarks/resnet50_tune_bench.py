@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--measure-only", action="store_true", help="time existing records")
     parser.add_argument(
-        "--validate", type=int, default=3, help="candidates per task timed in the model (0: off)"
+        "--validate", type=int, default=8, help="candidates per task timed in the model (0: off)"
     )
     parser.add_argument(
         "--flush-cache",

@@ -561,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--validate",
         type=int,
-        default=3,
+        default=8,
         metavar="K",
         help="afterwards, time each task's K best candidates, a neighbour of its best "
         "(measured first: one trial a task) and its default inside the model and apply "

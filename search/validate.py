@@ -19,7 +19,8 @@ model: every variant runs one candidate of each task (every other kernel as `com
 would), each candidate runs in at least `contexts` variants, and the candidates are
 dealt to the variants with a random offset per task and context (`deal`), so that a
 candidate's neighbours (a kernel's time depends on the kernels before it) differ between
-its variants and do not follow its rank. The variants are profiled in turns; a
+its variants and do not follow its rank (fewer candidates where the variants would
+not fit in `ValidateConfig.memory_bytes`). The variants are profiled in turns; a
 candidate's time is the median, over its variants and the turns, of its calls' mean
 seconds. Every candidate's in-model time is appended as a "model" record, all with one
 timestamp, and `best_records` takes the fastest of the latest validation, unless the
@@ -29,13 +30,14 @@ search measured the task again since.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import statistics
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polytile.codegen.target import Target
 from polytile.errors import InputError
@@ -48,11 +50,21 @@ from .records import Record, RecordFile, best_records, trace_key
 from .space import SearchSpace
 from .tasks import Task
 
+if TYPE_CHECKING:
+    from polytile.runtime import CompiledModel
+
 
 @dataclass(frozen=True)
 class ValidateConfig:
-    #: the best candidates per task timed in the model (beside the default schedule)
-    top: int = 3
+    #: the best candidates per task timed in the model (beside the default schedule).
+    #: Alone and in the model they rank differently often enough that eight pay: on a
+    #: 2-vCPU Intel AVX-512 host one ResNet-50 tune's records re-validated with eight
+    #: ran at 1.033 and 1.039x onnxruntime where its own three gave 1.041 and 1.055x
+    #: (and three again 1.045x; same turns each time); 10 of the 28 tasks took a
+    #: candidate ranked 4th-8th, the stride-2 3x3 conv at 56x56 its 6th (0.97 ms a
+    #: call in the model against 1.40 for the 1st). Validating took 232 s, with three
+    #: 143 s.
+    top: int = 8
     #: variants each candidate runs in (each with other neighbours)
     contexts: int = 2
     #: turns: each variant profiled once per turn
@@ -64,11 +76,29 @@ class ValidateConfig:
     #: also time a neighbour of each task's best: its epilogue per innermost tile and two
     #: loops fused into the parallel one (measured and verified first: one trial a task)
     neighbours: bool = True
+    #: the most bytes the compiled variants (each with its own weights and arena) may
+    #: take together; fewer candidates per task are timed when they would take more.
+    #: None: half of the machine's memory (under `top=8` VGG-19's 20 variants would hold
+    #: 11 GB of weights)
+    memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("top", "contexts", "rounds", "repeat"):
             if getattr(self, name) < 1:
                 raise InputError(f"ValidateConfig: {name} must be at least 1")
+        if self.memory_bytes is not None and self.memory_bytes < 1:
+            raise InputError(
+                f"ValidateConfig: memory_bytes must be at least 1, got {self.memory_bytes}"
+            )
+
+    def memory_budget(self) -> int | None:
+        """`memory_bytes`, else half of the machine's memory (None where unknown)."""
+        if self.memory_bytes is not None:
+            return self.memory_bytes
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (ValueError, OSError, AttributeError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -253,18 +283,34 @@ def validate(
     if not by_task:
         return Validation((), time.perf_counter() - start, measured)
     others = [r for k, r in best_records(every, target.key()).items() if k not in by_task]
-    deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
-    compiled = []
-    for dealt in deals:
+
+    def variant(dealt: Mapping[str, int]) -> CompiledModel:
         # one record per workload: compile applies it whatever its latency says
         chosen = [
             Record(workload=k, target=target.key(), trace=c[dealt[k]].trace, latencies=(1.0,))
             for k, c in by_task.items()
         ]
-        compiled.append(
-            compile_model(model, records=[*others, *chosen], input_shapes=input_shapes,
-                          target=target)
-        )  # fmt: skip
+        return compile_model(model, records=[*others, *chosen], input_shapes=input_shapes,
+                             target=target)  # fmt: skip
+
+    deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
+    compiled = [variant(deals[0])]
+    budget_bytes = config.memory_budget()
+    size = compiled[0].manifest.arena_bytes + sum(c.nbytes for c in compiled[0].constants)
+    if budget_bytes is not None and len(deals) * size > budget_bytes:
+        ranks = max(2, budget_bytes // (size * config.contexts))
+        warnings.warn(
+            f"validate: {len(deals)} variants of the model at {size / 2**20:.0f} MB each "
+            f"exceed the memory budget of {budget_bytes / 2**20:.0f} MB; timing each task's "
+            f"best {ranks - 1} candidate(s) and its default instead",
+            stacklevel=2,
+        )
+        by_task = {
+            k: c if len(c) <= ranks else [*c[: ranks - 1], c[-1]] for k, c in by_task.items()
+        }
+        deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
+        compiled = [variant(deals[0])]
+    compiled += [variant(dealt) for dealt in deals[1:]]
     feeds = compiled[0].random_inputs(config.seed)
     samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(config.rounds):

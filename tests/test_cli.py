@@ -190,12 +190,12 @@ def test_tune_records_measurements_and_saves_the_cost_model(tmp_path: Path, caps
 @pytest.mark.parametrize(
     ("flag", "flushed", "top"),
     [
-        ([], True, 3),
-        (["--no-flush-cache"], False, 3),
+        ([], True, 8),
+        (["--no-flush-cache"], False, 8),
         (["--validate", "5"], True, 5),
         (["--validate", "0"], True, 0),
-        (["--cold", "all"], True, 3),
-        (["--cold", "producer"], True, 3),
+        (["--cold", "all"], True, 8),
+        (["--cold", "producer"], True, 8),
     ],
 )
 def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(

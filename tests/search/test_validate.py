@@ -3,6 +3,8 @@ compile applies the fastest there even when the search timed another one faster.
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +162,35 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
                   progress=False, validation=config)  # fmt: skip
     kernel_records = [r for r in RecordFile(tmp_path / "t.jsonl").read() if r.timing == "kernel"]
     assert result.trials == len(kernel_records) <= 20
+
+
+def test_validation_times_fewer_candidates_where_the_variants_would_not_fit(
+    tmp_path: Path,
+) -> None:
+    """Each variant holds its own weights: past `memory_bytes` the task's best candidates
+    are cut (with a warning) down to the best one and the default."""
+    target = host()
+    (task,) = extract_tasks(model())
+    default = tuple(default_schedule(task.kernel, default_config(target)).trace_json())
+    space = SearchSpace(task.kernel, lanes=16, threads=2)
+    rng = random.Random(1)
+    other = next(
+        t
+        for t in (tuple(space.build(space.sample(rng)).trace) for _ in range(20))
+        if trace_key(t) not in {trace_key(()), trace_key(default)}
+    )
+    path = tmp_path / "r.jsonl"
+    RecordFile(path).append(
+        [
+            Record(task.key, target.key(), (), (1e-9,)),
+            Record(task.key, target.key(), other, (2e-9,)),
+        ]
+    )
+    roomy = validate(model(), [task], RecordFile(path), target, QUICK)
+    assert roomy.tasks[0].labels == ("#1", "#2", "default")
+    with pytest.warns(UserWarning, match="memory budget"):
+        tight = validate(model(), [task], RecordFile(path), target, replace(QUICK, memory_bytes=1))
+    assert tight.tasks[0].labels == ("#1", "default")
+    assert ValidateConfig().memory_budget() > 256 * 256 * 4
+    with pytest.raises(InputError, match="memory_bytes"):
+        ValidateConfig(memory_bytes=0)
