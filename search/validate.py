@@ -62,8 +62,8 @@ class ValidateConfig:
     #: ran at 1.033 and 1.039x onnxruntime where its own three gave 1.041 and 1.055x
     #: (and three again 1.045x; same turns each time); 10 of the 28 tasks took a
     #: candidate ranked 4th-8th, the stride-2 3x3 conv at 56x56 its 6th (0.97 ms a
-    #: call in the model against 1.40 for the 1st). Validating took 232 s, with three
-    #: 143 s.
+    #: call in the model against 1.40 for the 1st). Validating ResNet-50 took 232-262 s
+    #: (with three, 143 s).
     top: int = 8
     #: variants each candidate runs in (each with other neighbours)
     contexts: int = 2
