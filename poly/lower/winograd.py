@@ -16,10 +16,10 @@ fused kernel under that plan ResNet-50's 64-channel 3x3 conv at 56x56 took 0.76x
 weights grow 16/9 and the tiles are few), while on a 2-vCPU Intel AVX-512 host the same
 convs took 1.91x and 1.35x, and only 512 channels at 28x28 gained (0.85x). A short tune
 there did not close the gap: alone, the Winograd kernels' default schedules took 1.17
-and 0.87 ms against the tuned direct convs' 0.66 ms each, and none of 14 sampled
-candidates came closer (1.2-29 ms). Their trials are slow: each of these 24-statement
-kernels takes about 2 s to build, mostly legality checks of fused loops. `compile`
-asks for 32 vectors of channels (`polytile.compiler.lower_config`).
+and 0.87 ms against the tuned direct convs' 0.66 ms each, and the best of 14 candidates
+sampled beside them 1.19 and 0.84 ms (the others up to 29 ms). Their trials are slow:
+each of these 24-statement kernels takes about 2 s to build, mostly legality checks of
+fused loops. `compile` asks for 32 vectors of channels (`polytile.compiler.lower_config`).
 """
 
 from __future__ import annotations
