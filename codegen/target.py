@@ -102,10 +102,10 @@ def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
 #: 2-vCPU Intel AVX-512 host (`rocketlake`) the window's step in every reduction loop
 #: cost more than it saved: ResNet-50 1.239-1.255 -> 1.208-1.211x, VGG-19 1.019 ->
 #: 0.965x, DenseNet-121 1.025 -> 1.021x; later, tuned, 1.040x without it against 1.069x
-#: with it, 1.057-1.060x with each thread's share capped at 128 or 512 KB, and 1.13x
-#: (1.062x capped at 256 KB) with each iteration's share asked for at once, before or
-#: after it, instead of a line per reduction step. Elsewhere, unmeasured, the
-#: hardware's own prefetchers are left to it.
+#: with it, 1.057-1.060x with each thread's share capped at 128 or 512 KB; in another
+#: run, 1.046x without it against 1.13x (1.062x capped at 256 KB) with each iteration's
+#: share asked for at once, before or after it, instead of a line per reduction step.
+#: Elsewhere, unmeasured, the hardware's own prefetchers are left to it.
 PREFETCH_WEIGHTS_CPUS = ("znver",)
 
 
