@@ -293,7 +293,10 @@ def validate(
         return compile_model(model, records=[*others, *chosen], input_shapes=input_shapes,
                              target=target)  # fmt: skip
 
-    deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
+    def dealt_variants() -> list[dict[str, int]]:
+        return deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
+
+    deals = dealt_variants()
     compiled = [variant(deals[0])]
     budget_bytes = config.memory_budget()
     size = compiled[0].manifest.arena_bytes + sum(c.nbytes for c in compiled[0].constants)
@@ -308,7 +311,7 @@ def validate(
         by_task = {
             k: c if len(c) <= ranks else [*c[: ranks - 1], c[-1]] for k, c in by_task.items()
         }
-        deals = deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)
+        deals = dealt_variants()
         compiled = [variant(deals[0])]
     compiled += [variant(dealt) for dealt in deals[1:]]
     feeds = compiled[0].random_inputs(config.seed)
