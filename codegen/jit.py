@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 
+from . import vecmath
 from .llvm_types import NUM_THREADS
 from .target import Target, _init_llvm, default_threads, openmp_library
 
@@ -82,6 +83,18 @@ def recompile_part(bitcode: bytes, target: Target, pic: bool = False) -> Part:
     return compile_part(str(mod), target, pic)
 
 
+def check_runnable(bitcode: bytes, target: Target) -> None:
+    """Raise `CodegenError` when saved code calls a libmvec function this machine lacks
+    (no libmvec, or not the CPU feature of its variant): the call would jump to nothing."""
+    mod = llvm.parse_bitcode(bitcode, context=llvm.create_context())
+    for fn in mod.functions:
+        if fn.is_declaration and not vecmath.runs_on(fn.name, target):
+            raise CodegenError(
+                f"the saved code calls libmvec's '{fn.name}', which this machine cannot run "
+                f"(no libmvec, or not the CPU feature it needs): compile the model again here"
+            )
+
+
 def _compile_args(args: tuple[str, Target, bool]) -> Part:
     return compile_part(*args)
 
@@ -113,6 +126,10 @@ def _load_runtime() -> None:
     helpers = ctypes.util.find_library("gcc_s")
     if helpers is not None:
         llvm.load_library_permanently(helpers)
+    # the vector math functions kernels call (`codegen.vecmath`)
+    vector_math = vecmath.library_path()
+    if vector_math is not None:
+        llvm.load_library_permanently(vector_math)
 
 
 class JitModule:
@@ -155,7 +172,8 @@ def linker() -> str | None:
 
 def link_shared(objects: Sequence[bytes], path: str) -> None:
     """Link an object (position-independent) into a shared library with the system's C
-    compiler driver, against libgomp and libm."""
+    compiler driver, against libgomp and libm (glibc's libm.so also links libmvec where
+    the code calls it, `codegen.vecmath`)."""
     cc = linker()
     if cc is None:
         raise CodegenError(

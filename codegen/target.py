@@ -21,6 +21,8 @@ import numpy as np
 
 from polytile.errors import CodegenError
 
+from .vecmath import available as vecmath_available
+
 
 @functools.cache
 def _init_llvm() -> None:
@@ -45,6 +47,9 @@ class Target:
     #: the largest panel of constants a parallel iteration reads that its reductions
     #: fetch ahead for the next iteration (`codegen.promote`; `panel_bytes` says how big)
     prefetch_panel: int = 1 << 16
+    #: whether exp, log, pow, tanh and erf of vectors call glibc's libmvec
+    #: (`codegen.vecmath`) instead of libm lane by lane
+    vector_math: bool = False
 
     def lanes(self, dtype: str) -> int:
         """Vector lanes of one register for a dtype (bools are bytes in memory)."""
@@ -91,6 +96,7 @@ def host(num_threads: int | None = None, opt_level: int = 3) -> Target:
         l2_bytes=l2,
         prefetch_weights=prefetches_weights(cpu),
         prefetch_panel=panel_bytes(cpu, l2),
+        vector_math=vecmath_available(llvm.get_process_triple()),
     )
 
 

@@ -19,6 +19,7 @@ from polytile.poly.quasi import flat_index, parse_index
 
 from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
 from .transpose import load_row, store_row
+from .vecmath import vector_call
 
 #: the only floating-point liberty taken: fusing a multiply and an add (FMA)
 FAST = ("contract",)
@@ -276,8 +277,12 @@ class Instance:
         return value
 
     def libm(self, name: str, x: ir.Value, dtype: str) -> ir.Value:
-        """A libm function lane by lane (float or double; half goes through float)."""
+        """A libm function: of a whole vector through libmvec where the target has it,
+        else lane by lane (float or double; half goes through float)."""
         b = self.b
+        whole = vector_call(b, self.mc, name, [x])
+        if whole is not None:
+            return whole
         if isinstance(x.type, ir.VectorType):
             out = ir.Constant(x.type, None)
             for lane in range(x.type.count):
@@ -300,6 +305,10 @@ class Instance:
         if k == "f":
             if op == "neg":
                 return b.fneg(x)
+            if op in ("exp", "log", "erf", "tanh"):
+                whole = vector_call(b, self.mc, op, [x])
+                if whole is not None:
+                    return whole
             if op in ("abs", "exp", "log", "sqrt", "floor", "ceil"):
                 name = "fabs" if op == "abs" else op
                 return b.call(self.mc.intrinsic(name, x.type), [x])
@@ -309,7 +318,7 @@ class Instance:
             if op == "recip":
                 return b.fdiv(one, x)
             if op == "sigmoid":
-                e = b.call(self.mc.intrinsic("exp", x.type), [b.fneg(x)])
+                e = self.unary("exp", b.fneg(x), dtype)
                 return b.fdiv(one, b.fadd(one, e))
             if op == "relu":
                 return b.select(b.fcmp_ordered("<", x, zero), zero, x)
@@ -350,6 +359,9 @@ class Instance:
             if op in ("max", "min"):
                 return self.float_extremum(op, a, c)
             if op == "pow":
+                whole = vector_call(b, self.mc, "pow", [a, c])
+                if whole is not None:
+                    return whole
                 return b.call(self.mc.intrinsic("pow", a.type, 2), [a, c])
         else:
             signed = k == "i"

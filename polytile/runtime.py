@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from polytile.codegen.jit import JitModule, Part, link_shared, linker, recompile_part
+from polytile.codegen.jit import (
+    JitModule,
+    Part,
+    check_runnable,
+    link_shared,
+    linker,
+    recompile_part,
+)
 from polytile.codegen.module import KernelCall
 from polytile.codegen.target import Target, host
 from polytile.errors import CodegenError, InputError, ModelError
@@ -423,11 +430,14 @@ def load(path: str | os.PathLike[str], num_threads: int | None = None) -> Compil
         parts = []
         for i in range(count):
             bitcode = (root / f"part{i}.bc").read_bytes()
+            check_runnable(bitcode, target)
             if same_cpu:
                 parts.append(Part(bitcode, (root / f"part{i}.o").read_bytes()))
             else:
                 parts.append(recompile_part(bitcode, target))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ModelError(f"'{path}' is not a readable saved polytile model: {err}") from None
+    except CodegenError as err:
+        raise ModelError(f"'{path}': {err}") from None
     manifest = Manifest(**{**vars(manifest), "target": target.key()})
     return CompiledModel(manifest, constants, JitModule(parts, target), parts, target)

@@ -7,6 +7,8 @@ import ctypes
 import itertools
 import json
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -226,6 +228,53 @@ def test_the_panel_fetched_ahead_is_half_of_l2_where_that_was_measured() -> None
     assert panel_bytes("rocketlake", 2 << 20) == 1 << 20
     assert panel_bytes("skylake-avx512", 1 << 20) == 1 << 19
     assert host().prefetch_panel == panel_bytes(host().cpu, host().l2_bytes)
+
+
+def exp_model() -> onnx.ModelProto:
+    """One Exp, whose vectors go through libmvec where the machine has it."""
+    graph = helper.make_graph(
+        [helper.make_node("Exp", ["x"], ["y"])],
+        "exp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.skipif(not host().vector_math, reason="this machine's C library has no libmvec")
+def test_saved_code_calling_libmvec_loads_only_where_it_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saved code that calls libmvec is compiled again for another CPU that can run it,
+    and refused, naming the function, by one that cannot (its call would jump to 0)."""
+    compiled = pt.compile(exp_model())
+    feeds = {"x": RNG.standard_normal((1, 4, 40)).astype(np.float32)}
+    path = compiled.save(tmp_path / "exp.ptm")
+    other = replace(host(), cpu="skylake-avx512")
+    monkeypatch.setattr("polytile.runtime.host", lambda num_threads=None: other)
+    (got,) = pt.load(path).run(feeds)
+    (want,) = compiled.run(feeds)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    without = replace(other, vector_math=False)
+    monkeypatch.setattr("polytile.runtime.host", lambda num_threads=None: without)
+    with pytest.raises(ModelError, match=r"exp\.ptm.*libmvec's '_ZGV\w+_expf'"):
+        pt.load(path)
+
+
+@pytest.mark.skipif(linker() is None, reason="no system linker")
+@pytest.mark.skipif(not host().vector_math, reason="this machine's C library has no libmvec")
+def test_an_exported_library_calling_libmvec_names_it_as_a_dependency(tmp_path: Path) -> None:
+    """A fresh process (which has not loaded libmvec) can open the library: the loader
+    finds libmvec through the library's own dependencies (`-lm` brings it on glibc)."""
+    path = pt.compile(exp_model()).export_library(tmp_path / "exp.so")
+    opened = subprocess.run(
+        [sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(path)!r})"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert opened.returncode == 0, opened.stderr
 
 
 def test_loading_something_else_is_a_model_error(tmp_path: Path) -> None:

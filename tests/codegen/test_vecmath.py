@@ -1,0 +1,193 @@
+"""exp, log, pow, tanh and erf of vectors through libmvec (`codegen.vecmath`): the calls
+are emitted where the target has them, never where it does not, and their results match
+numpy's (in float64) within libmvec's documented 4 ulp, special values included, for
+every lane count a kernel's vectors may have."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+import re
+
+import numpy as np
+import pytest
+from llvmlite import ir
+from onnx import helper
+
+from polytile.codegen import vecmath
+from polytile.codegen.jit import JitModule, compile_part, finalize
+from polytile.codegen.llvm_types import ModuleContext
+from polytile.codegen.native import NativeKernel
+from polytile.codegen.target import Target, host
+from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.dsl import kernel_from_node
+
+pytestmark = pytest.mark.skipif(
+    not host().vector_math, reason="this machine's C library has no libmvec"
+)
+
+#: a libmvec function called in LLVM IR
+CALLED = re.compile(r'call [^@]*@"?(_ZGV\w+)')
+ERF = np.vectorize(math.erf, otypes=[np.float64])
+NUMPY = {
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "erf": ERF,
+    "pow": np.power,
+}
+#: numpy's (float64) results against float32 results: libmvec's 4 ulp and the rounding
+ULPS = 4.5
+
+
+def within_ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    """Equal where either is not finite (NaN positions included), else within `ULPS` of
+    the float64 reference, in units of the result dtype's last place."""
+    assert got.dtype == np.dtype(dtype)
+    with np.errstate(over="ignore"):
+        exact = want.astype(dtype)
+    special = ~np.isfinite(exact) | ~np.isfinite(got)
+    np.testing.assert_array_equal(got[special], exact[special])
+    spacing = np.spacing(np.abs(exact[~special]).astype(dtype)).astype(np.float64)
+    error = np.abs(got[~special].astype(np.float64) - want[~special])
+    assert np.all(error <= ULPS * np.maximum(spacing, np.finfo(dtype).smallest_subnormal))
+
+
+def direct(name: str, lanes: int, dtype: str, target: Target) -> tuple[JitModule, str]:
+    """A function `f(in..., out)` applying `vector_call` to one vector of `lanes`."""
+    element = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    vty = ir.VectorType(element, lanes)
+    module = ir.Module(name="vm")
+    mc = ModuleContext(module, target, threading=False)
+    arity = vecmath.FUNCTIONS[name]
+    ptr = ir.PointerType()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * (arity + 1)), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    args = [b.load(p, typ=vty, align=1) for p in fn.args[:arity]]
+    out = vecmath.vector_call(b, mc, name, args)
+    assert out is not None and out.type == vty
+    b.store(out, fn.args[arity], align=1)
+    b.ret_void()
+    text = finalize(module, target)
+    return JitModule([compile_part(text, target)], target), text
+
+
+def inputs(name: str, n: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if name == "log":
+        return [np.abs(rng.standard_normal(n) * 50).astype(dtype) + np.finfo(dtype).tiny]
+    if name == "pow":
+        base = np.abs(rng.standard_normal(n) * 3).astype(dtype)
+        return [base, rng.uniform(-3, 3, n).astype(dtype)]
+    return [(rng.standard_normal(n) * 4).astype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(vecmath.FUNCTIONS))
+@pytest.mark.parametrize("lanes", [2, 3, 4, 5, 8, 16, 20, 32, 48])
+def test_every_lane_count_matches_numpy(name: str, lanes: int, dtype: str) -> None:
+    jit, text = direct(name, lanes, dtype, host())
+    assert CALLED.search(text)
+    args = inputs(name, lanes, dtype)
+    out = np.zeros(lanes, dtype)
+    kind = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(args) + 1))
+    kind(jit.address("f"))(*[a.ctypes.data for a in args], out.ctypes.data)
+    within_ulps(out, NUMPY[name](*[a.astype(np.float64) for a in args]), dtype)
+
+
+#: zeros, infinities, NaN, subnormals, the edges of exp's range in float and double
+SPECIAL = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40]
+SPECIAL += [88.8, 89.0, -104.0, 710.0, -746.0, 1e30, -1e30, 0.5, 20.0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "erf"])
+def test_special_values_match_numpy(name: str, dtype: str) -> None:
+    x = np.array(SPECIAL * 2, dtype)[:32]
+    jit, _ = direct(name, 32, dtype, host())
+    out = np.zeros(32, dtype)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(jit.address("f"))(
+        x.ctypes.data, out.ctypes.data
+    )
+    with np.errstate(all="ignore"):
+        want = NUMPY[name](x.astype(np.float64))
+    within_ulps(out, want, dtype)
+
+
+def test_pow_special_values_match_numpy() -> None:
+    base = [0.0, -0.0, 2.0, -2.0, np.inf, np.nan, 1.0, 1.0, -8.0, 0.0, 1e-3, 10.0]
+    exponent = [-1.0, 3.0, np.inf, 0.5, -2.0, 0.0, np.nan, np.inf, 3.0, 0.0, 50.0, 40.0]
+    base = np.array([*base, -1.0, 2.0, 3.0, 0.5], np.float32)
+    exponent = np.array([*exponent, np.inf, -200.0, 0.75, 0.75], np.float32)
+    jit, _ = direct("pow", 16, "float32", host())
+    out = np.zeros(16, np.float32)
+    kind = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    kind(jit.address("f"))(base.ctypes.data, exponent.ctypes.data, out.ctypes.data)
+    with np.errstate(all="ignore"):
+        want = np.power(base.astype(np.float64), exponent.astype(np.float64))
+    within_ulps(out, want, "float32")
+
+
+OPS = {
+    "Exp": ("exp", np.exp),
+    "Log": ("log", np.log),
+    "Tanh": ("tanh", np.tanh),
+    "Erf": ("erf", ERF),
+    "Sigmoid": ("exp", lambda x: 1.0 / (1.0 + np.exp(-x))),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_kernels_call_libmvec_where_the_target_has_it_and_libm_elsewhere(op: str) -> None:
+    """The same kernel with and without `vector_math`: libmvec's calls only in the first,
+    both within 4 ulp of numpy."""
+    k = kernel_from_node(helper.make_node(op, ["x"], ["y"]), {"x": (3, 37)})
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 37)) * 4).astype(np.float32)
+    if op == "Log":
+        x = np.abs(x) + 1e-3
+    name, reference = OPS[op]
+    with np.errstate(all="ignore"):
+        want = reference(x.astype(np.float64))
+    for vector_math in (True, False):
+        target = dataclasses.replace(host(), vector_math=vector_math)
+        native = NativeKernel(schedule, target)
+        called = CALLED.findall(native.ir)
+        assert bool(called) == vector_math
+        assert all(s.endswith(f"_{name}f") for s in called)
+        (got,) = native.outputs({"x": x}).values()
+        assert got.shape == (3, 37)
+        within_ulps(got, want, "float32")
+
+
+def test_lrn_pow_is_one_call_per_vector() -> None:
+    """LRN (AlexNet, ZFNet, Inception v1) raises its window sums to a power: with
+    libmvec, one `powf` call a vector instead of one a lane."""
+    k = kernel_from_node(
+        helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=2.0),
+        {"x": (1, 16, 8, 32)},
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    x = np.random.default_rng(2).standard_normal((1, 16, 8, 32)).astype(np.float32)
+    with_libmvec = NativeKernel(schedule, dataclasses.replace(host(), vector_math=True))
+    with_libm = NativeKernel(schedule, dataclasses.replace(host(), vector_math=False))
+    assert any(s.endswith("_powf") for s in CALLED.findall(with_libmvec.ir))
+    assert not CALLED.findall(with_libm.ir)
+    (got,) = with_libmvec.outputs({"x": x}).values()
+    (want,) = with_libm.outputs({"x": x}).values()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_no_variant_without_the_cpu_feature() -> None:
+    """A target whose features name no vector ISA gets no libmvec call (the lanes go
+    to libm one by one)."""
+    target = Target("generic", "", host().triple, 128, vector_math=True)
+    module = ir.Module(name="none")
+    mc = ModuleContext(module, target, threading=False)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = ir.Constant(ir.VectorType(ir.FloatType(), 4), None)
+    assert vecmath.vector_call(b, mc, "exp", [x]) is None
