@@ -51,6 +51,10 @@ class Target:
     #: (`codegen.vecmath`) instead of libm lane by lane
     vector_math: bool = False
 
+    def enabled(self) -> frozenset[str]:
+        """The CPU features `features` turns on (`+avx512f,...` → avx512f, ...)."""
+        return frozenset(f[1:] for f in self.features.split(",") if f.startswith("+"))
+
     def lanes(self, dtype: str) -> int:
         """Vector lanes of one register for a dtype (bools are bytes in memory)."""
         return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))

@@ -3,9 +3,12 @@
 LLVM expands `llvm.exp.v16f32` (and `llvm.pow`, and a libm call per lane) into one
 scalar libm call per lane. libmvec has the same functions for a whole SSE, AVX2 or
 AVX-512 register, named by the x86 vector function ABI (`_ZGVeN16v_expf`: AVX-512, no
-mask, 16 lanes, one vector argument) and as accurate as libm's (glibc documents at most
-4 ulp; special inputs take its scalar path). A vector whose lane count is no variant's
-is cut into the widest variant's pieces, the last padded with copies of its last lane.
+mask, 16 lanes, one vector argument), within 4 ulp of numpy's float64 results here
+(libm lane by lane: within 2.1), special values alike (`tests/codegen/test_vecmath.py`).
+A vector whose lane count is no variant's is cut into the widest variant's pieces, the
+last padded with copies of its last lane. On a 2-vCPU Intel AVX-512 host, a
+200,704-element Exp took 0.285 → 0.042 ms, Tanh 1.45 → 0.049, Erf 1.51 → 0.064, Pow
+0.60 → 0.16.
 """
 
 from __future__ import annotations
@@ -71,14 +74,13 @@ def runs_on(name: str, target: Target) -> bool:
     variant, or one whose ISA the target has and whose symbol libmvec defines."""
     if not name.startswith("_ZGV"):
         return True
-    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     needs = {isa: feature for isa, _, feature in ISAS}.get(name[4:5])
-    return target.vector_math and needs in enabled and has(name)
+    return target.vector_math and needs in target.enabled() and has(name)
 
 
 def _variants(target: Target, name: str, double: bool) -> list[tuple[str, int]]:
     """(ISA letter, lanes) of the variants this target can run, widest first."""
-    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    enabled = target.enabled()
     bits = 64 if double else 32
     found = []
     for isa, width, feature in ISAS:

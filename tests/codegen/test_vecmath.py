@@ -1,7 +1,7 @@
 """exp, log, pow, tanh and erf of vectors through libmvec (`codegen.vecmath`): the calls
 are emitted where the target has them, never where it does not, and their results match
-numpy's (in float64) within libmvec's documented 4 ulp, special values included, for
-every lane count a kernel's vectors may have."""
+numpy's (in float64) within 4 ulp, special values included, for every lane count a
+kernel's vectors may have. Constant powers of square roots skip pow altogether."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from polytile.codegen.jit import JitModule, compile_part, finalize
 from polytile.codegen.llvm_types import ModuleContext
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target, host
+from polytile.codegen.values import ROOT_POWERS
 from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.dsl import kernel_from_node
+from polytile.poly.dsl import kernel, kernel_from_node
 
 pytestmark = pytest.mark.skipif(
     not host().vector_math, reason="this machine's C library has no libmvec"
@@ -41,8 +42,8 @@ NUMPY = {
 ULPS = 4.5
 
 
-def within_ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
-    """Equal where either is not finite (NaN positions included), else within `ULPS` of
+def within_ulps(got: np.ndarray, want: np.ndarray, dtype: str, ulps: float = ULPS) -> None:
+    """Equal where either is not finite (NaN positions included), else within `ulps` of
     the float64 reference, in units of the result dtype's last place."""
     assert got.dtype == np.dtype(dtype)
     with np.errstate(over="ignore"):
@@ -51,7 +52,7 @@ def within_ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     np.testing.assert_array_equal(got[special], exact[special])
     spacing = np.spacing(np.abs(exact[~special]).astype(dtype)).astype(np.float64)
     error = np.abs(got[~special].astype(np.float64) - want[~special])
-    assert np.all(error <= ULPS * np.maximum(spacing, np.finfo(dtype).smallest_subnormal))
+    assert np.all(error <= ulps * np.maximum(spacing, np.finfo(dtype).smallest_subnormal))
 
 
 def direct(name: str, lanes: int, dtype: str, target: Target) -> tuple[JitModule, str]:
@@ -162,21 +163,25 @@ def test_kernels_call_libmvec_where_the_target_has_it_and_libm_elsewhere(op: str
         within_ulps(got, want, "float32")
 
 
-def test_lrn_pow_is_one_call_per_vector() -> None:
-    """LRN (AlexNet, ZFNet, Inception v1) raises its window sums to a power: with
-    libmvec, one `powf` call a vector instead of one a lane."""
-    k = kernel_from_node(
-        helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=2.0),
-        {"x": (1, 16, 8, 32)},
-    )
+@pytest.mark.parametrize("beta", [0.75, 0.6])
+def test_lrn_raises_to_its_power_without_pow_or_once_a_vector(beta: float) -> None:
+    """LRN (AlexNet, ZFNet, Inception v1) raises its window sums to the power beta: their
+    0.75 from square roots, any other through libmvec's `powf`, one call a vector; both
+    as ONNX defines LRN, computed in float64 by numpy (this onnx's reference evaluator
+    loops over the batch axis where it means the channels)."""
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=beta, bias=2.0)
+    k = kernel_from_node(node, {"x": (1, 16, 8, 32)})
     schedule = default_schedule(k, DefaultConfig(vector_width=16))
-    x = np.random.default_rng(2).standard_normal((1, 16, 8, 32)).astype(np.float32)
-    with_libmvec = NativeKernel(schedule, dataclasses.replace(host(), vector_math=True))
-    with_libm = NativeKernel(schedule, dataclasses.replace(host(), vector_math=False))
-    assert any(s.endswith("_powf") for s in CALLED.findall(with_libmvec.ir))
-    assert not CALLED.findall(with_libm.ir)
-    (got,) = with_libmvec.outputs({"x": x}).values()
-    (want,) = with_libm.outputs({"x": x}).values()
+    x = (np.random.default_rng(2).standard_normal((1, 16, 8, 32)) * 30).astype(np.float32)
+    native = NativeKernel(schedule, host())
+    assert [s.endswith("_powf") for s in CALLED.findall(native.ir)] == (
+        [] if beta == 0.75 else [True]
+    )
+    assert "llvm.pow" not in native.ir
+    (got,) = native.outputs({"x": x}).values()
+    wide = x.astype(np.float64)
+    sums = np.stack([(wide[:, max(0, c - 2) : c + 3] ** 2).sum(1) for c in range(16)], 1)
+    want = (wide / (2.0 + 1e-4 / 5 * sums) ** beta).astype(np.float32)
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=2e-6)
 
@@ -191,3 +196,25 @@ def test_no_variant_without_the_cpu_feature() -> None:
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x = ir.Constant(ir.VectorType(ir.FloatType(), 4), None)
     assert vecmath.vector_call(b, mc, "exp", [x]) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("exponent", [0.25, 0.5, 0.75, 1.0, 2.0, -1.0, 1.3])
+def test_constant_powers_skip_pow_and_match_numpy(exponent: float, dtype: str) -> None:
+    """x to a constant power of `ROOT_POWERS` is computed from square roots and
+    products (no pow call) within 2 ulp, special values as pow gives them; any other
+    power still calls pow."""
+    k = kernel(f"Y[i] = pow(A[i], {exponent})", A=(40,), dtype=dtype)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -2.0, 1e-40, 1.0]
+    x = np.abs(np.random.default_rng(3).standard_normal(40) * 5).astype(dtype)
+    x[: len(specials)] = specials
+    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)))
+    calls_pow = bool(CALLED.findall(native.ir)) or "llvm.pow" in native.ir
+    assert calls_pow == (exponent not in ROOT_POWERS)
+    (got,) = native.outputs({"A": x}).values()
+    assert got.shape == (40,)
+    with np.errstate(all="ignore"):
+        want = np.power(x.astype(np.float64), exponent)
+    # C's pow (numpy's for any exponent but 0.5): (-inf)^y is +inf for y > 0, +0 below
+    want[x == -np.inf] = math.pow(-math.inf, exponent)
+    within_ulps(got, want, dtype, 2.0 if exponent in ROOT_POWERS else ULPS)
