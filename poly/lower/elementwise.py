@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..expr import Cast, Expr, binary, select, unary
+from ..expr import Cast, Const, Expr, binary, select, unary
 from ..kernel import Statement
 from .base import LowerContext, lowering
 
@@ -83,6 +83,11 @@ def _pow(ctx: LowerContext, a: list[Expr]) -> Expr:
     A float base takes the converted exponent; an integer base with a float exponent is
     raised in double (as onnx's reference does) and converted back."""
     base, exponent = a
+    value = ctx.constant(1)
+    if base.dtype.startswith("float") and value is not None and value.size == 1:
+        # a constant exponent in the expression itself: code generation raises to the
+        # common powers (2, 0.5, ...) without pow (`Instance.constant_power`)
+        return binary("pow", base, Const(float(value.reshape(-1)[0]), base.dtype))
     if exponent.dtype == base.dtype:
         return binary("pow", base, exponent)
     if base.dtype.startswith("float") or not exponent.dtype.startswith("float"):

@@ -218,3 +218,18 @@ def test_constant_powers_skip_pow_and_match_numpy(exponent: float, dtype: str) -
     # C's pow (numpy's for any exponent but 0.5): (-inf)^y is +inf for y > 0, +0 below
     want[x == -np.inf] = math.pow(-math.inf, exponent)
     within_ulps(got, want, dtype, 2.0 if exponent in ROOT_POWERS else ULPS)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 0.5, 3.0])
+def test_a_constant_exponent_input_becomes_part_of_the_expression(exponent: float) -> None:
+    """Pow whose exponent is an initializer (a decomposed LayerNorm's x^2) raises to it
+    as to a constant: 2 and 0.5 without pow, 3 through pow; values as numpy's."""
+    node = helper.make_node("Pow", ["x", "e"], ["y"])
+    k = kernel_from_node(node, {"x": (2, 40)}, initializers={"e": np.array(exponent, np.float32)})
+    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)))
+    calls_pow = bool(CALLED.findall(native.ir)) or "llvm.pow" in native.ir
+    assert calls_pow == (exponent not in ROOT_POWERS)
+    x = np.abs(np.random.default_rng(4).standard_normal((2, 40))).astype(np.float32)
+    (got,) = native.outputs({"x": x}).values()
+    assert got.shape == (2, 40)
+    within_ulps(got, np.power(x.astype(np.float64), exponent), "float32")
