@@ -22,7 +22,7 @@ from .transpose import load_row, store_row
 from .vecmath import vector_call
 
 #: constant exponents `constant_power` raises to without pow
-ROOT_POWERS = (0.25, 0.5, 0.75, 1.0, 2.0, -1.0)
+ROOT_POWERS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, -0.5, -1.0)
 #: the only floating-point liberty taken: fusing a multiply and an add (FMA)
 FAST = ("contract",)
 #: the largest lane stride loaded as one wide vector and shuffled (wider strides waste
@@ -389,26 +389,32 @@ class Instance:
 
     def constant_power(self, x: ir.Value, exponent: float, dtype: str) -> ir.Value | None:
         """x to a constant power from products and square roots, where one of
-        `ROOT_POWERS` (LRN's beta of 0.75: sqrt(x) · sqrt(sqrt(x)), within 2 ulp, where
-        pow is within 4 and costs several times more); None for any other power. As
-        pow: -0 gives +0, -inf gives +inf, a negative base NaN."""
+        `ROOT_POWERS` (LRN's beta of 0.75: sqrt(x) · sqrt(sqrt(x)); a GELU's x³: x·x·x),
+        within 2 ulp, where pow is within 4 and costs several times more; None for any
+        other power. Special values as C's pow: a root of -0 is +0, of -inf +inf (0
+        for a negative power), of a negative base NaN."""
         if dtype not in ("float32", "float64") or exponent not in ROOT_POWERS:
             return None
         b = self.b
-        if exponent == 1.0:
-            return x
-        if exponent == 2.0:
-            return b.fmul(x, x)
-        if exponent == -1.0:
-            return b.fdiv(_constant_like(x.type, 1.0), x)
+        one = _constant_like(x.type, 1.0)
+        if exponent in (1.0, 2.0, 3.0, -1.0):
+            if exponent == -1.0:
+                return b.fdiv(one, x)
+            power = x
+            for _ in range(int(exponent) - 1):
+                power = b.fmul(power, x)
+            return power
         sqrt = self.mc.intrinsic("sqrt", x.type)
         root = b.call(sqrt, [x])
-        fourth = b.call(sqrt, [root])
-        power = {0.5: root, 0.25: fourth, 0.75: b.fmul(root, fourth)}[exponent]
+        if exponent in (0.25, 0.75):
+            fourth = b.call(sqrt, [root])
+            power = fourth if exponent == 0.25 else b.fmul(root, fourth)
+        else:
+            power = {0.5: root, 1.5: b.fmul(x, root), -0.5: b.fdiv(one, root)}[exponent]
         power = b.call(self.mc.intrinsic("fabs", x.type), [power])
-        infinity = _constant_like(x.type, float("inf"))
+        edge = _constant_like(x.type, float("inf") if exponent > 0 else 0.0)
         minus_infinity = _constant_like(x.type, float("-inf"))
-        return b.select(b.fcmp_ordered("==", x, minus_infinity), infinity, power)
+        return b.select(b.fcmp_ordered("==", x, minus_infinity), edge, power)
 
     def float_extremum(self, op: str, a: ir.Value, c: ir.Value) -> ir.Value:
         """max / min that return NaN when either operand is NaN. x86's `vmaxps` / `vminps`

@@ -199,7 +199,7 @@ def test_no_variant_without_the_cpu_feature() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("exponent", [0.25, 0.5, 0.75, 1.0, 2.0, -1.0, 1.3])
+@pytest.mark.parametrize("exponent", [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, -0.5, -1.0, 1.3])
 def test_constant_powers_skip_pow_and_match_numpy(exponent: float, dtype: str) -> None:
     """x to a constant power of `ROOT_POWERS` is computed from square roots and
     products (no pow call) within 2 ulp, special values as pow gives them; any other
@@ -220,10 +220,10 @@ def test_constant_powers_skip_pow_and_match_numpy(exponent: float, dtype: str) -
     within_ulps(got, want, dtype, 2.0 if exponent in ROOT_POWERS else ULPS)
 
 
-@pytest.mark.parametrize("exponent", [2.0, 0.5, 3.0])
+@pytest.mark.parametrize("exponent", [2.0, 0.5, 3.0, 2.5])
 def test_a_constant_exponent_input_becomes_part_of_the_expression(exponent: float) -> None:
     """Pow whose exponent is an initializer (a decomposed LayerNorm's x^2) raises to it
-    as to a constant: 2 and 0.5 without pow, 3 through pow; values as numpy's."""
+    as to a constant: 2, 0.5 and 3 without pow, 2.5 through pow; values as numpy's."""
     node = helper.make_node("Pow", ["x", "e"], ["y"])
     k = kernel_from_node(node, {"x": (2, 40)}, initializers={"e": np.array(exponent, np.float32)})
     native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)))
