@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from turns import interleaved, ort_session
 
 import polytile as pt
 from polytile.codegen.target import Target, host
@@ -73,10 +72,7 @@ def bench(c: int, m: int, side: int, target: Target, turns: int, repeat: int) ->
     }
     threads = target.num_threads
     feeds = {"x": np.random.default_rng(1).standard_normal((1, c, side, side), np.float32)}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options)
+    session = ort_session(model, threads)
     want = session.run(None, feeds)[0]
     errors = {}
     for name, compiled in runs.items():
@@ -86,16 +82,7 @@ def bench(c: int, m: int, side: int, target: Target, turns: int, repeat: int) ->
         "onnxruntime": lambda: session.run(None, feeds),
         **{name: (lambda cm=cm: cm.run(feeds)) for name, cm in runs.items()},
     }
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(turns):
-        for name, call in calls.items():
-            call()
-            best = float("inf")
-            for _ in range(repeat):
-                start = time.perf_counter()
-                call()
-                best = min(best, time.perf_counter() - start)
-            times[name].append(best)
+    times = interleaved(calls, turns, repeat)
     median = {name: float(np.median(t)) for name, t in times.items()}
     return {
         **{f"{name}_us": t * 1e6 for name, t in median.items()},

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from turns import interleaved, ort_session
 
 import polytile as pt
 from polytile.codegen.target import host
@@ -88,10 +87,7 @@ def bench(name: str, threads: int, turns: int, repeat: int) -> dict[str, object]
     if positive:
         x = np.abs(x) + 1e-3
     feeds = {"x": x}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options)
+    session = ort_session(model, threads)
     want = session.run(None, feeds)[0]
     errors = {}
     for label, compiled in runs.items():
@@ -104,16 +100,7 @@ def bench(name: str, threads: int, turns: int, repeat: int) -> dict[str, object]
     }
     if reference is not None:
         calls["numpy"] = lambda: reference(x)
-    times: dict[str, list[float]] = {label: [] for label in calls}
-    for _ in range(turns):
-        for label, call in calls.items():
-            call()
-            best = float("inf")
-            for _ in range(repeat):
-                start = time.perf_counter()
-                call()
-                best = min(best, time.perf_counter() - start)
-            times[label].append(best)
+    times = interleaved(calls, turns, repeat)
     median = {label: float(np.median(t)) for label, t in times.items()}
     ort_turns = np.array(times["onnxruntime"])
     return {

@@ -312,7 +312,7 @@ class Instance:
         if k == "f":
             if op == "neg":
                 return b.fneg(x)
-            if op in ("exp", "log", "erf", "tanh"):
+            if op in ("exp", "log"):  # erf and tanh: `libm` tries libmvec first
                 whole = vector_call(b, self.mc, op, [x])
                 if whole is not None:
                     return whole
@@ -409,8 +409,12 @@ class Instance:
         if exponent in (0.25, 0.75):
             fourth = b.call(sqrt, [root])
             power = fourth if exponent == 0.25 else b.fmul(root, fourth)
+        elif exponent == 0.5:
+            power = root
+        elif exponent == 1.5:
+            power = b.fmul(x, root)
         else:
-            power = {0.5: root, 1.5: b.fmul(x, root), -0.5: b.fdiv(one, root)}[exponent]
+            power = b.fdiv(one, root)
         power = b.call(self.mc.intrinsic("fabs", x.type), [power])
         edge = _constant_like(x.type, float("inf") if exponent > 0 else 0.0)
         minus_infinity = _constant_like(x.type, float("-inf"))
