@@ -5,6 +5,7 @@ reference's outputs (shape and dtype first, then values)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,7 +26,10 @@ from polytile.poly.schedule import Loop, Schedule, initial_schedule
 
 
 def avx512_ir(
-    schedule: Schedule, prefetch_weights: bool = True, prefetch_panel: int = 1 << 16
+    schedule: Schedule,
+    prefetch_weights: bool = True,
+    prefetch_panel: int = 1 << 16,
+    input_ahead: int = 0,
 ) -> str:
     """The LLVM IR of `schedule` for a CPU with AVX-512 (16 float lanes a register),
     whatever the host: the tests that read IR count registers of that width. (Their
@@ -38,6 +42,7 @@ def avx512_ir(
         num_threads=2,
         prefetch_weights=prefetch_weights,
         prefetch_panel=prefetch_panel,
+        input_ahead=input_ahead,
     )
     return build_part(schedule, target)[0]
 
@@ -605,3 +610,56 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
     got = NativeKernel(schedule)(inputs)["Y"]
     assert got.shape == (4, 64) and got.dtype == np.float32
     np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)
+
+
+#: a prefetch into L1 (locality 3), as `codegen.promote.prefetch_ahead` asks
+ROW_AHEAD = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 3, i32 1\)")
+
+
+@pytest.mark.parametrize(
+    ("constant", "row", "ahead", "asked"),
+    [
+        # a 1x1 conv over pixel vectors: a new row of the input (A) each channel, four
+        # lines of it; the weights (W) are broadcast
+        ("W", 64, 16, 4),
+        ("W", 64, 0, 0),
+        # rows of one line: still a new line a step
+        ("W", 16, 16, 1),
+        # the rows are constants: left to prefetch_next
+        ("A", 64, 16, 0),
+        # both computed: only A's rows (W is a broadcast)
+        ("", 64, 16, 4),
+    ],
+)
+def test_a_reduction_asks_for_its_input_rows_some_steps_ahead(
+    constant: str, row: int, ahead: int, asked: int
+) -> None:
+    """`Target.input_ahead`: a register tile reduction that reads a vector from a new row
+    of a computed tensor each step asks for the lines of the row `ahead` steps on, once
+    per line (not once per unrolled copy that reads it); constants and broadcast scalars
+    are not asked for. The last steps ask past the tensor's end, which a prefetch may;
+    values match numpy with and without."""
+    depth = 40
+    rng = np.random.default_rng(5)
+    # W's rows are a line long too, but it is read as scalars
+    shapes = {"W": (depth, 16), "A": (depth, row)}
+    arrays = {n: rng.standard_normal(shape).astype(np.float32) for n, shape in shapes.items()}
+    given = {n: arrays[n] if n == constant else shapes[n] for n in shapes}
+    k = kernel("Y[j, i] += W[k, j] * A[k, i]", **given)
+    steps: list[tuple[str, dict[str, object]]] = [
+        ("split", {"loop": "i", "factors": (None, row)}),
+        ("reorder", {"order": ("i0", "k", "j", "i1")}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
+        ("vectorize", {"loop": "i1"}),
+        ("unroll", {"loop": "j"}),
+    ]
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    ir_text = avx512_ir(schedule, prefetch_weights=False, input_ahead=ahead).replace('"', "")
+    assert len(ROW_AHEAD.findall(ir_text)) == asked
+    inputs = inputs_for(k)
+    values = {**arrays, **inputs}
+    want = values["W"].T @ values["A"]
+    for target in (replace(host(), input_ahead=16), replace(host(), input_ahead=0)):
+        got = NativeKernel(schedule, target)(inputs)["Y"]
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -32,7 +32,7 @@ from polytile.codegen.module import (
     prefetch_targets,
 )
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
-from polytile.codegen.target import host, panel_bytes, prefetches_weights
+from polytile.codegen.target import ROWS_AHEAD, host, panel_bytes, prefetches_weights, rows_ahead
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -228,6 +228,16 @@ def test_the_panel_fetched_ahead_is_half_of_l2_where_that_was_measured() -> None
     assert panel_bytes("rocketlake", 2 << 20) == 1 << 20
     assert panel_bytes("skylake-avx512", 1 << 20) == 1 << 19
     assert host().prefetch_panel == panel_bytes(host().cpu, host().l2_bytes)
+
+
+def test_input_rows_are_fetched_ahead_on_the_intel_server_cores() -> None:
+    """`Target.input_ahead`: 16 steps on the Intel AVX-512 cores, where it was measured
+    to pay (and the server parts that share their caches' design); elsewhere the rows
+    are left to the hardware."""
+    assert ROWS_AHEAD == 16
+    assert rows_ahead("rocketlake") == rows_ahead("sapphirerapids") == ROWS_AHEAD
+    assert rows_ahead("znver4") == rows_ahead("generic") == rows_ahead("neoverse-v2") == 0
+    assert host().input_ahead == rows_ahead(host().cpu)
 
 
 def exp_model() -> onnx.ModelProto:
