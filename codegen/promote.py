@@ -231,9 +231,9 @@ class Accumulators:
     ) -> None:
         """Ask for the lines a reduction step `Target.input_ahead` steps on reads of
         a computed tensor, into L1, where each step reads a vector from a new row: the
-        hardware's streams follow lines in order, not rows apart, and such an input was
-        often just written, part of it by another core (ResNet-50's 1x1 convs over
-        pixel vectors: 10% faster a call in the model). Constants are left to
+        hardware's streams follow lines in order, not rows apart, and in a model such
+        an input is seldom all in the core's L2 (ResNet-50's 1x1 convs over pixel
+        vectors: 10% faster a call in the model). Constants are left to
         `prefetch_next`, broadcasts (a 3x3 conv over channel vectors reads a scalar a
         step) are not worth an instruction each. Past the tensor's end a prefetch is
         harmless (no fault, no effect)."""

@@ -150,7 +150,9 @@ def panel_bytes(cpu: str, l2: int) -> int:
 #: (`Target.input_ahead`), and how many steps. Measured on a 2-vCPU Intel AVX-512 host
 #: (`rocketlake`), same turns against onnxruntime: a 1x1 conv over pixel vectors reads a
 #: new row of its input each channel, a stride the hardware streams do not follow, and
-#: the input was just written, half of it by the other core. ResNet-50 tuned 1.039 ->
+#: in the model its input is seldom all in the core's L2 (ResNet-50's 1024->256 conv
+#: over 14x14 pixels, warm 0.36 ms; right after the conv writing its input 0.45 ms,
+#: after the 3 MB-writing stem conv 0.48). ResNet-50 tuned 1.039 ->
 #: 1.008x (12 steps 1.009, 24 1.013), default schedules 1.082 -> 1.054x (8 steps 1.069),
 #: DenseNet-121 0.921 -> 0.891x, Inception v2 1.103 -> 1.082x, ShuffleNet 1.289 ->
 #: 1.239x, the others within their spread. Its 1024->256 1x1 convs over 14x14 pixels
