@@ -110,6 +110,7 @@ class Accumulators:
     enclosing: list[For]
     parallel: tuple[str, str, int] | None
     prefetch: tuple[ir.Value, ir.Value, ir.Value] | None
+    shift: dict[str, ir.Value]
 
     def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
         """The loop with its accumulators in registers (and partial sums)."""
@@ -263,6 +264,9 @@ class Accumulators:
             ahead = {**env, var: later}
             dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
             offset = Instance(self, stmt, dims, lanes).offset(text)
+            shift = self.shift.get(e.tensor)  # a private temporary: this thread's slice
+            if shift is not None:
+                offset = self.b.add(offset, shift)
             fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
             for line in range(0, count * size, LINE_BYTES):
                 at = self.b.add(offset, ir.Constant(I64, line // size))

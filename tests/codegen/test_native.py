@@ -17,6 +17,7 @@ from polytile.codegen.native import NativeKernel, build_part
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule
 from polytile.poly import transform as T
+from polytile.poly.contract import private_temporaries
 from polytile.poly.default import DefaultConfig, default_schedule, main_statement
 from polytile.poly.default_steps import padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
@@ -663,3 +664,31 @@ def test_a_reduction_asks_for_its_input_rows_some_steps_ahead(
         got = NativeKernel(schedule, target)(inputs)["Y"]
         assert got.shape == want.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_of_a_private_temporary_are_asked_for_in_the_threads_slice(threads: int) -> None:
+    """A temporary computed per parallel tile (T, a slice of 32 × 16 per thread) is a
+    computed tensor read a row a step: the reduction asks for its rows ahead (offsets
+    moved to the running thread's slice, as its loads are); values match numpy."""
+    weights = np.random.default_rng(6).standard_normal((8, 32)).astype(np.float32)
+    k = kernel("T[k, i] = A[k, i] * 2", "C[j, i] += W[j, k] * T[k, i]", A=(32, 64), W=weights)
+    steps = [
+        ("split", {"loop": "i_1", "factors": (None, 16)}),
+        ("reorder", {"order": ("i_10", "k_1", "j", "i_11")}),
+        ("decompose_reduction", {"stmt": "C", "loop": "k_1"}),
+        ("compute_at", {"stmt": "T", "loop": "i_10"}),
+        ("vectorize", {"loop": "i_11"}),
+        ("unroll", {"loop": "j"}),
+        ("parallel", {"loop": "i_10"}),
+    ]
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    assert [p.tensor for p in private_temporaries(schedule)] == ["T"]
+    ir_text = avx512_ir(schedule, prefetch_weights=False, input_ahead=16).replace('"', "")
+    assert len(ROW_AHEAD.findall(ir_text)) == 1
+    inputs = inputs_for(k)
+    native = NativeKernel(schedule, replace(host(), input_ahead=16))
+    native.set_threads(threads)
+    got = native(inputs)["C"]
+    assert got.shape == (8, 64) and got.dtype == np.float32
+    np.testing.assert_allclose(got, weights @ (inputs["A"] * 2), rtol=1e-4, atol=1e-4)
