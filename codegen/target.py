@@ -154,10 +154,10 @@ def panel_bytes(cpu: str, l2: int) -> int:
 #: over 14x14 pixels, warm 0.36 ms; right after the conv writing its input 0.45 ms,
 #: after the 3 MB-writing stem conv 0.48). ResNet-50 tuned 1.039 ->
 #: 1.008x (12 steps 1.009, 24 1.013), default schedules 1.082 -> 1.054x (8 steps 1.069),
-#: DenseNet-121 0.921 -> 0.891x, Inception v2 1.103 -> 1.082x, ShuffleNet 1.289 ->
-#: 1.239x, the others within their spread. Its 1024->256 1x1 convs over 14x14 pixels
-#: 0.42 -> 0.38 ms a call. The other Intel server cores follow it unmeasured; elsewhere
-#: the rows are left to the hardware.
+#: DenseNet-121 0.921 -> 0.891x, Inception v2 1.080 -> 1.076x and 1.085 -> 1.061x,
+#: ShuffleNet 1.289 -> 1.239x, the others within their spread. Its 1024->256 1x1 convs
+#: over 14x14 pixels 0.42 -> 0.38 ms a call. The other Intel server cores follow it
+#: unmeasured; elsewhere the rows are left to the hardware.
 ROWS_AHEAD_CPUS = (
     "rocketlake",
     "icelake-server",
