@@ -203,13 +203,7 @@ class Accumulators:
                 # the same panel for every iteration, a line read over several iterations
                 # (asked for again each time), or a panel L2 would not hold twice
                 continue
-            repeated = [
-                v
-                for v, key_loop in zip(promotion.key_vars, promotion.key_loops, strict=True)
-                if self.stride_along(stmt, key_loop, text) == 0
-            ]
-            first = promotion.first_key
-            if any(first.setdefault(v, env[v].constant) != env[v].constant for v in repeated):
+            if not self.first_copy(promotion, stmt, env, text):
                 continue
             # the next iteration of this thread's chunk (past its end, another thread's
             # iteration: this one's own lines instead, which are cached already)
@@ -218,14 +212,34 @@ class Accumulators:
             ahead = {**env, var: self.b.select(inside, after, env[var])}
             dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
             offset = Instance(self, stmt, dims, lanes).offset(text)
-            fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-            for line in range(0, count * size, LINE_BYTES):
-                at = self.b.add(offset, ir.Constant(I64, line // size))
-                ptr = self.b.gep(self.ptrs[e.tensor], [at], source_etype=memory_type(e.dtype))
-                # a read, kept in L2 (locality 2), of data
-                self.b.call(
-                    fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)]
-                )
+            # kept in L2 (locality 2)
+            self.prefetch_lines(e.tensor, e.dtype, offset, count * size, 2)
+
+    def first_copy(self, promotion: Promotion, stmt: Statement, env: Env, text: str) -> bool:
+        """Whether the unrolled copy being emitted is the first of those that read the
+        same address (the key loops along which it does not move), which asks for its
+        lines for all of them."""
+        repeated = [
+            v
+            for v, key_loop in zip(promotion.key_vars, promotion.key_loops, strict=True)
+            if self.stride_along(stmt, key_loop, text) == 0
+        ]
+        first = promotion.first_key
+        return all(first.setdefault(v, env[v].constant) == env[v].constant for v in repeated)
+
+    def prefetch_lines(
+        self, tensor: str, dtype: str, offset: ir.Value, nbytes: int, locality: int
+    ) -> None:
+        """A read prefetch of each line of `nbytes` from the element at `offset`."""
+        size = np.dtype(dtype).itemsize
+        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        for line in range(0, nbytes, LINE_BYTES):
+            at = self.b.add(offset, ir.Constant(I64, line // size))
+            ptr = self.b.gep(self.ptrs[tensor], [at], source_etype=memory_type(dtype))
+            # a read (0), of data (1)
+            self.b.call(
+                fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)]
+            )
 
     def prefetch_ahead(
         self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
@@ -251,15 +265,8 @@ class Accumulators:
             contiguous = lanes is not None and lanes.strides.get(text) == 1
             if not stride or abs(stride) * size < LINE_BYTES or not contiguous:
                 continue
-            repeated = [
-                v
-                for v, key_loop in zip(promotion.key_vars, promotion.key_loops, strict=True)
-                if self.stride_along(stmt, key_loop, text) == 0
-            ]
-            first = promotion.first_key
-            if any(first.setdefault(v, env[v].constant) != env[v].constant for v in repeated):
+            if lanes is None or not self.first_copy(promotion, stmt, env, text):
                 continue
-            count = lanes.count if lanes is not None else 1
             later = self.b.add(env[var], ir.Constant(I64, step * self.mc.target.input_ahead))
             ahead = {**env, var: later}
             dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
@@ -267,14 +274,8 @@ class Accumulators:
             shift = self.shift.get(e.tensor)  # a private temporary: this thread's slice
             if shift is not None:
                 offset = self.b.add(offset, shift)
-            fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-            for line in range(0, count * size, LINE_BYTES):
-                at = self.b.add(offset, ir.Constant(I64, line // size))
-                ptr = self.b.gep(self.ptrs[e.tensor], [at], source_etype=memory_type(e.dtype))
-                # a read, into L1 (locality 3), of data
-                self.b.call(
-                    fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
-                )
+            # into L1 (locality 3)
+            self.prefetch_lines(e.tensor, e.dtype, offset, lanes.count * size, 3)
 
     def stride_along(self, stmt: Statement, loop: str, text: str) -> int | None:
         """The stride of an address along a loop (cached: isl works it out)."""
