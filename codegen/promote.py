@@ -6,9 +6,9 @@ in registers (`row_groups`); a float sum with too few accumulators to hide the F
 latency keeps partial sums (`partial_sums`); a reduction that reads a small panel of
 constants per parallel iteration fetches the next iteration's panel ahead
 (`prefetch_next`), and where the target says so asks for the input rows it will read
-some steps on (`prefetch_ahead`); a reduction whose init nest, right before it, fills exactly its
-accumulators starts them from the init's values instead of loading back what the nest
-stored (`fused_init`). Mixed into the kernel emitter."""
+some steps on (`prefetch_ahead`); a reduction whose init nest, right before it, fills
+exactly its accumulators starts them from the init's values instead of loading back what
+the nest stored (`fused_init`). Mixed into the kernel emitter."""
 
 from __future__ import annotations
 
@@ -230,8 +230,12 @@ class Accumulators:
     def prefetch_lines(
         self, tensor: str, dtype: str, offset: ir.Value, nbytes: int, locality: int
     ) -> None:
-        """A read prefetch of each line of `nbytes` from the element at `offset`."""
+        """A read prefetch of each line of `nbytes` from the element at `offset` (of a
+        private temporary: in the running thread's slice, as its loads are)."""
         size = np.dtype(dtype).itemsize
+        shift = self.shift.get(tensor)
+        if shift is not None:
+            offset = self.b.add(offset, shift)
         fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         for line in range(0, nbytes, LINE_BYTES):
             at = self.b.add(offset, ir.Constant(I64, line // size))
@@ -254,26 +258,24 @@ class Accumulators:
         harmless (no fault, no effect)."""
         assert promotion.loop is not None
         var, loop, step = promotion.loop
-        if var not in env:
-            return
+        if var not in env or lanes is None:
+            return  # no vector, no row read a step
         for e in walk(stmt.expr):
             if not isinstance(e, Load) or self.kernel.tensors[e.tensor].role is Role.CONSTANT:
                 continue
             text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
+            if lanes.strides.get(text) != 1:
+                continue  # a broadcast or gathered lanes
             size = np.dtype(e.dtype).itemsize
             stride = self.stride_along(stmt, loop, text)
-            contiguous = lanes is not None and lanes.strides.get(text) == 1
-            if not stride or abs(stride) * size < LINE_BYTES or not contiguous:
+            if not stride or abs(stride) * size < LINE_BYTES:
                 continue
-            if lanes is None or not self.first_copy(promotion, stmt, env, text):
+            if not self.first_copy(promotion, stmt, env, text):
                 continue
             later = self.b.add(env[var], ir.Constant(I64, step * self.mc.target.input_ahead))
             ahead = {**env, var: later}
             dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
             offset = Instance(self, stmt, dims, lanes).offset(text)
-            shift = self.shift.get(e.tensor)  # a private temporary: this thread's slice
-            if shift is not None:
-                offset = self.b.add(offset, shift)
             # into L1 (locality 3)
             self.prefetch_lines(e.tensor, e.dtype, offset, lanes.count * size, 3)
 
