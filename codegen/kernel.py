@@ -8,9 +8,10 @@ The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
   load) runs lane by lane. A scalar loop finishes the iterations a full vector misses.
 - `unroll`: the body is emitted once per iteration when the trip count is a constant.
 - `parallel`: the loop body is outlined and run by `GOMP_parallel`; each thread runs one
-  contiguous, equal share of its iterations (`chunks`). Where the target prefetches
-  weights, each iteration asks for its share of the prefetch window (the model's next
-  kernel's weights), one line per step of its register-tile reductions (`window_step`).
+  contiguous, equal share of its iterations (`chunks`). Where the target says so, each
+  iteration asks for a range of lines, one per step of its register-tile reductions:
+  its share of the model's next kernel's weights, or the next iteration's weight panel
+  (`codegen.prefetch`).
 
 A reduction loop whose body only accumulates into addresses fixed while it runs keeps
 those accumulators in registers (`codegen.promote`): loaded before it, stored after it
@@ -129,8 +130,10 @@ class _Emitter(Accumulators):
         self.enclosing: list[For] = []
         self.parallel: tuple[str, str, int] | None = None
         #: inside a parallel loop's iteration: the prefetch window's start and the cells
-        #: of the iteration's next and end line (`window_step`)
+        #: of the iteration's next and end line (`window_step`), and whether it holds
+        #: the next iteration's weight panel
         self.prefetch: tuple[ir.Value, ir.Value, ir.Value] | None = None
+        self.panel = False
         #: tensor → elements added to its offsets (a private temporary's slice)
         self.shift: dict[str, ir.Value] = {}
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
@@ -388,25 +391,7 @@ class _Emitter(Accumulators):
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
         chunk_cond = Op("lt", (Var(node.var), Var(STOP)))
-        inner = self.body_of(node)
-        if not self.mc.target.prefetch_weights:
-            body = inner
-        else:
-            window = self.mc.prefetch_window()
-            with b.goto_entry_block():
-                cursor = b.alloca(I64, name="prefetch.next")
-                limit = b.alloca(I64, name="prefetch.end")
-            at = b.load(window[0], typ=PTR)
-            lines = b.load(window[1], typ=I64)
-            self.prefetch = (at, cursor, limit)
-
-            def body(scope: Env) -> None:
-                # this iteration's share of the window, asked for along its reductions
-                index = b.sdiv(b.sub(scope[node.var], lo), ir.Constant(I64, inc))
-                b.store(b.sdiv(b.mul(index, lines), count), cursor)
-                b.store(b.sdiv(b.mul(b.add(index, ir.Constant(I64, 1)), lines), count), limit)
-                inner(scope)
-
+        body = self.window_body(node, lo, count, stop, self.body_of(node))
         scope = {**env, STOP: stop, THREAD: thread}
         self.parallel = (node.var, node.loop, inc)
         self.serial_loop(node, scope, start, chunk_cond, 1, body)

@@ -23,23 +23,20 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 from polytile.poly.ast import AstNode, Block, Call, For, Int, Mark
 from polytile.poly.expr import Load, walk
-from polytile.poly.kernel import Kernel, Role, Statement, mentions
+from polytile.poly.kernel import Statement, mentions
 from polytile.poly.quasi import flat_index
-from polytile.poly.schedule import Schedule
-from polytile.poly.strides import lane_strides
 from polytile.poly.tile_init import init_fills_tile
 
 from .ast_facts import (
     called,
-    constant_bound,
-    constant_lower,
     exact,
     fors,
     linear_in,
     upper,
     vars_of,
 )
-from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext, kind, memory_type
+from .llvm_types import Env, kind, memory_type
+from .prefetch import Prefetches
 from .transpose import columns_to_rows, rows_to_columns
 from .values import Instance, Lanes, address_texts
 
@@ -50,10 +47,6 @@ IN_FLIGHT = 8
 VECTOR_BYTES = 64
 MAX_PARTS = 4
 MIN_SPLIT_TRIPS = 16
-#: a reduction loop run at most this often per parallel iteration fetches the next
-#: iteration's constants ahead; the cache line size
-PREFETCH_TILES = 8
-LINE_BYTES = 64
 #: the most accumulator registers a tile started from its init's values takes. In
 #: ResNet-50, tiles of 7-16 gained (its stem conv: 0.64 → 0.61 ms a call in the model,
 #: 0.89 → 0.76 ms when the host slows a vCPU), while the 28 of its layer-3 3×3 conv
@@ -98,23 +91,16 @@ class Promotion:
     loop: tuple[str, str, int] | None = None
 
 
-class Accumulators:
+class Accumulators(Prefetches):
     """The emitter's register accumulators (`codegen.kernel._Emitter` mixes this in)."""
 
-    b: ir.IRBuilder
-    mc: ModuleContext
-    kernel: Kernel
-    schedule: Schedule
-    ptrs: dict[str, ir.Value]
     promotion: Promotion | None
-    enclosing: list[For]
-    parallel: tuple[str, str, int] | None
-    prefetch: tuple[ir.Value, ir.Value, ir.Value] | None
-    shift: dict[str, ir.Value]
 
     def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
         """The loop with its accumulators in registers (and partial sums)."""
-        promotion.prefetch = self.streams_per_iteration()
+        # a parallel iteration fetching the next one's panel along its steps needs no
+        # request per load as well
+        promotion.prefetch = self.streams_per_iteration() and not self.panel
         if isinstance(node.inc, Int):
             promotion.loop = (node.var, node.loop, node.inc.value)
         pre = self.b.append_basic_block(f"{node.var}.acc")
@@ -142,150 +128,6 @@ class Accumulators:
             self.promotion = None
         self.join_parts(promotion)
         self.write_back(promotion)
-
-    def window_step(self) -> None:
-        """One line of the enclosing parallel iteration's prefetch share, while lines are
-        left (branch-free: past its share an iteration asks for the line after it, which
-        a prefetch may, and an empty window for its start, a valid line)."""
-        assert self.prefetch is not None
-        b = self.b
-        at, cursor, limit = self.prefetch
-        line = b.load(cursor, typ=I64)
-        end = b.load(limit, typ=I64)
-        left = b.icmp_signed("<", line, end)
-        ptr = b.gep(at, [b.mul(line, ir.Constant(I64, 64))], source_etype=ir.IntType(8))
-        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        # a read, to the outer caches (locality 1), of data
-        b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 1), ir.Constant(I32, 1)])
-        b.store(b.add(line, b.zext(left, I64)), cursor)
-
-    def streams_per_iteration(self) -> bool:
-        """Whether the reduction loop being entered runs at most `PREFETCH_TILES` times
-        per iteration of the enclosing parallel loop (a layer-4 1×1 conv: a weight panel
-        per channel block, read by its few pixel tiles): then the panel of the next
-        iteration is worth fetching ahead (`prefetch_next`). Run more often, the same
-        lines would be asked for again and again."""
-        if self.parallel is None:
-            return False
-        runs = 1
-        for loop in self.enclosing[:-1]:
-            low = constant_lower(loop.init)
-            bound = upper(loop)
-            high = constant_bound(bound) if bound is not None else None
-            if low is None or high is None or not isinstance(loop.inc, Int):
-                return False
-            runs *= max(1, -(-(high - low) // loop.inc.value))
-        return runs <= PREFETCH_TILES
-
-    def prefetch_next(
-        self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
-    ) -> None:
-        """Ask for the constants the next iteration of the enclosing parallel loop will
-        read, into L2, while this one computes: otherwise the first tile of each channel
-        block reads its weight panel from memory while the block's other tiles leave
-        memory idle (ResNet-50's 512→2048 1×1 convs: 17% faster a call in the model).
-        One request per cache line, from the first of the unrolled copies that read the
-        same line."""
-        assert self.parallel is not None
-        var, loop, step = self.parallel
-        if var not in env or STOP not in env:
-            return
-        for e in walk(stmt.expr):
-            if not isinstance(e, Load) or self.kernel.tensors[e.tensor].role is not Role.CONSTANT:
-                continue
-            text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
-            size = np.dtype(e.dtype).itemsize
-            contiguous = lanes is not None and lanes.strides.get(text) == 1
-            count = lanes.count if contiguous and lanes is not None else 1
-            panel = self.stride_along(stmt, loop, text)
-            largest = self.mc.target.prefetch_panel
-            if not panel or count * size < LINE_BYTES or abs(panel) * size > largest:
-                # the same panel for every iteration, a line read over several iterations
-                # (asked for again each time), or a panel L2 would not hold twice
-                continue
-            if not self.first_copy(promotion, stmt, env, text):
-                continue
-            # the next iteration of this thread's chunk (past its end, another thread's
-            # iteration: this one's own lines instead, which are cached already)
-            after = self.b.add(env[var], ir.Constant(I64, step))
-            inside = self.b.icmp_signed("<", after, env[STOP])
-            ahead = {**env, var: self.b.select(inside, after, env[var])}
-            dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
-            offset = Instance(self, stmt, dims, lanes).offset(text)
-            # kept in L2 (locality 2)
-            self.prefetch_lines(e.tensor, e.dtype, offset, count * size, 2)
-
-    def first_copy(self, promotion: Promotion, stmt: Statement, env: Env, text: str) -> bool:
-        """Whether the unrolled copy being emitted is the first of those that read the
-        same address (the key loops along which it does not move), which asks for its
-        lines for all of them."""
-        repeated = [
-            v
-            for v, key_loop in zip(promotion.key_vars, promotion.key_loops, strict=True)
-            if self.stride_along(stmt, key_loop, text) == 0
-        ]
-        first = promotion.first_key
-        return all(first.setdefault(v, env[v].constant) == env[v].constant for v in repeated)
-
-    def prefetch_lines(
-        self, tensor: str, dtype: str, offset: ir.Value, nbytes: int, locality: int
-    ) -> None:
-        """A read prefetch of each line of `nbytes` from the element at `offset` (of a
-        private temporary: in the running thread's slice, as its loads are)."""
-        size = np.dtype(dtype).itemsize
-        shift = self.shift.get(tensor)
-        if shift is not None:
-            offset = self.b.add(offset, shift)
-        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        for line in range(0, nbytes, LINE_BYTES):
-            at = self.b.add(offset, ir.Constant(I64, line // size))
-            ptr = self.b.gep(self.ptrs[tensor], [at], source_etype=memory_type(dtype))
-            # a read (0), of data (1)
-            self.b.call(
-                fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)]
-            )
-
-    def prefetch_ahead(
-        self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
-    ) -> None:
-        """Ask for the lines a reduction step `Target.input_ahead` steps on reads of
-        a computed tensor, into L1, where each step reads a vector from a new row: the
-        hardware's streams follow lines in order, not rows apart, and in a model such
-        an input is seldom all in the core's L2 (ResNet-50's 1x1 convs over pixel
-        vectors: 10% faster a call in the model). Constants are left to
-        `prefetch_next`, broadcasts (a 3x3 conv over channel vectors reads a scalar a
-        step) are not worth an instruction each. Past the tensor's end a prefetch is
-        harmless (no fault, no effect)."""
-        assert promotion.loop is not None
-        var, loop, step = promotion.loop
-        if var not in env or lanes is None:
-            return  # no vector, no row read a step
-        for e in walk(stmt.expr):
-            if not isinstance(e, Load) or self.kernel.tensors[e.tensor].role is Role.CONSTANT:
-                continue
-            text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
-            if lanes.strides.get(text) != 1:
-                continue  # a broadcast or gathered lanes
-            size = np.dtype(e.dtype).itemsize
-            stride = self.stride_along(stmt, loop, text)
-            if not stride or abs(stride) * size < LINE_BYTES:
-                continue
-            if not self.first_copy(promotion, stmt, env, text):
-                continue
-            later = self.b.add(env[var], ir.Constant(I64, step * self.mc.target.input_ahead))
-            ahead = {**env, var: later}
-            dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
-            offset = Instance(self, stmt, dims, lanes).offset(text)
-            # into L1 (locality 3)
-            self.prefetch_lines(e.tensor, e.dtype, offset, lanes.count * size, 3)
-
-    def stride_along(self, stmt: Statement, loop: str, text: str) -> int | None:
-        """The stride of an address along a loop (cached: isl works it out)."""
-        key = (stmt.name, loop, text)
-        if key not in self.shared.along:
-            found = lane_strides(self.schedule, stmt.name, loop, {text: text})[text]
-            self.shared.along[key] = found
-        return self.shared.along[key]
 
     def partial_sums(self, node: For, promotion: Promotion) -> int:
         """How many partial sums a promoted float sum keeps: with fewer independent

@@ -31,6 +31,8 @@ def avx512_ir(
     prefetch_weights: bool = True,
     prefetch_panel: int = 1 << 16,
     input_ahead: int = 0,
+    panel_ahead: bool = False,
+    l2_bytes: int = 1 << 20,
 ) -> str:
     """The LLVM IR of `schedule` for a CPU with AVX-512 (16 float lanes a register),
     whatever the host: the tests that read IR count registers of that width. (Their
@@ -44,6 +46,8 @@ def avx512_ir(
         prefetch_weights=prefetch_weights,
         prefetch_panel=prefetch_panel,
         input_ahead=input_ahead,
+        panel_ahead=panel_ahead,
+        l2_bytes=l2_bytes,
     )
     return build_part(schedule, target)[0]
 
@@ -692,3 +696,63 @@ def test_rows_of_a_private_temporary_are_asked_for_in_the_threads_slice(threads:
     got = native(inputs)["C"]
     assert got.shape == (8, 64) and got.dtype == np.float32
     np.testing.assert_allclose(got, weights @ (inputs["A"] * 2), rtol=1e-4, atol=1e-4)
+
+
+#: a line of the window (locality 1) and a line of the next iteration's weights asked for
+#: per load (`prefetch_next`, locality 2)
+WINDOW_LINE = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)")
+NEXT_LINE = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 2, i32 1\)")
+
+
+@pytest.mark.parametrize(
+    ("stencil", "panel_ahead", "l2_bytes", "window"),
+    [
+        (True, True, 1 << 20, True),
+        (True, False, 1 << 20, False),
+        # a 1x1 reduction (4 KB panels) reads its panel in order: left to prefetch_next
+        (False, True, 1 << 20, False),
+        # activations (X 8.5 KB, Y 8 KB) and two 12 KB panels pass a 32 KB L2
+        (True, True, 1 << 15, False),
+    ],
+)
+def test_a_stencil_reduction_fetches_the_next_iterations_weight_panel(
+    stencil: bool, panel_ahead: bool, l2_bytes: int, window: bool
+) -> None:
+    """`Target.panel_ahead`: a parallel iteration of a stencil reduction (a 1-D conv of
+    width 3 over 64 channels; its weights packed in panels of 16 output channels, 12 KB
+    each) asks for the next iteration's panel a line per reduction step, and no longer
+    per load (`prefetch_next`). Not for a 1x1 reduction, nor where the kernel's
+    activations and two panels pass L2. Values match numpy on one and two threads."""
+    width = 3 if stencil else 1
+    weights = np.random.default_rng(7).standard_normal((64, 64, width)).astype(np.float32)
+    if stencil:
+        k = kernel("Y[m, o] += W[m, c, r] * X[c, o + r]", X=(64, 34), W=weights, extents={"o": 32})
+        order = ("m0", "o0", "c", "r", "o1", "m1")
+    else:
+        k = kernel("Y[m, o] += W[m, c] * X[c, o]", X=(64, 32), W=weights[:, :, 0])
+        order = ("m0", "o0", "c", "o1", "m1")
+    steps = [
+        ("split", {"loop": "m", "factors": (None, 16)}),
+        ("pack", {"tensor": "W", "axis": 0, "factor": 16}),
+        ("split", {"loop": "o", "factors": (None, 8)}),
+        ("reorder", {"order": order}),
+        ("decompose_reduction", {"stmt": "Y", "loop": "c"}),
+        ("vectorize", {"loop": "m1"}),
+        ("unroll", {"loop": "o1"}),
+        ("parallel", {"loop": "m0"}),
+    ]
+    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    ir_text = avx512_ir(
+        schedule, prefetch_weights=False, panel_ahead=panel_ahead, l2_bytes=l2_bytes
+    ).replace('"', "")
+    assert len(WINDOW_LINE.findall(ir_text)) == (1 if window else 0)
+    assert len(NEXT_LINE.findall(ir_text)) == (0 if window else 1)
+    inputs = inputs_for(k)
+    rows = np.lib.stride_tricks.sliding_window_view(inputs["X"], width, axis=1)
+    want = np.einsum("mcr,cor->mo", weights, rows)
+    for threads in (1, 2):
+        native = NativeKernel(schedule, replace(host(), panel_ahead=panel_ahead))
+        native.set_threads(threads)
+        got = native(inputs)["Y"]
+        assert got.shape == (64, 32) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

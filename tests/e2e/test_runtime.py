@@ -32,7 +32,14 @@ from polytile.codegen.module import (
     prefetch_targets,
 )
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
-from polytile.codegen.target import ROWS_AHEAD, host, panel_bytes, prefetches_weights, rows_ahead
+from polytile.codegen.target import (
+    ROWS_AHEAD,
+    host,
+    panel_bytes,
+    panels_ahead,
+    prefetches_weights,
+    rows_ahead,
+)
 from polytile.errors import InputError, ModelError
 from polytile.poly.reference import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -238,6 +245,14 @@ def test_input_rows_are_fetched_ahead_on_the_intel_server_cores() -> None:
     assert rows_ahead("rocketlake") == rows_ahead("sapphirerapids") == ROWS_AHEAD
     assert rows_ahead("znver4") == rows_ahead("generic") == rows_ahead("neoverse-v2") == 0
     assert host().input_ahead == rows_ahead(host().cpu)
+
+
+def test_stencil_weight_panels_are_fetched_ahead_on_the_intel_server_cores() -> None:
+    """`Target.panel_ahead`: on the Intel AVX-512 cores where it was measured to pay (and
+    their server siblings), not elsewhere; `host()` follows it."""
+    assert panels_ahead("rocketlake") and panels_ahead("icelake-server")
+    assert not panels_ahead("znver5") and not panels_ahead("generic")
+    assert host().panel_ahead is panels_ahead(host().cpu)
 
 
 def exp_model() -> onnx.ModelProto:
