@@ -3,10 +3,8 @@ that stay fixed while it runs (the reduction loops of a register tile) keeps tho
 accumulators in SSA values (stack cells that mem2reg promotes): read before the loop,
 written after it. Accumulators whose lanes lie rows apart move as rows and a transpose
 in registers (`row_groups`); a float sum with too few accumulators to hide the FMA
-latency keeps partial sums (`partial_sums`); a reduction that reads a small panel of
-constants per parallel iteration fetches the next iteration's panel ahead
-(`prefetch_next`), and where the target says so asks for the input rows it will read
-some steps on (`prefetch_ahead`); a reduction whose init nest, right before it, fills
+latency keeps partial sums (`partial_sums`); the reduction's steps carry the
+prefetches of `codegen.prefetch`; a reduction whose init nest, right before it, fills
 exactly its accumulators starts them from the init's values instead of loading back what
 the nest stored (`fused_init`). Mixed into the kernel emitter."""
 

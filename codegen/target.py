@@ -45,13 +45,13 @@ class Target:
     #: (`codegen.module.prefetch_targets`; `prefetches_weights` says where it pays)
     prefetch_weights: bool = True
     #: the largest panel of constants a parallel iteration reads that its reductions
-    #: fetch ahead for the next iteration (`codegen.promote`; `panel_bytes` says how big)
+    #: fetch ahead for the next iteration (`codegen.prefetch`; `panel_bytes` says how big)
     prefetch_panel: int = 1 << 16
     #: whether exp, log, pow, tanh and erf of vectors call glibc's libmvec
     #: (`codegen.vecmath`) instead of libm lane by lane
     vector_math: bool = False
     #: how many steps ahead a register-tiled reduction asks for the rows of computed
-    #: tensors it reads as vectors, a new row a step (`codegen.promote.prefetch_ahead`;
+    #: tensors it reads as vectors, a new row a step (`codegen.prefetch`;
     #: `rows_ahead` says where it pays); 0 leaves them to the hardware's prefetchers
     input_ahead: int = 0
     #: whether each parallel iteration of a stencil reduction (a 3x3 conv) asks for the

@@ -617,7 +617,7 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
     np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)
 
 
-#: a prefetch into L1 (locality 3), as `codegen.promote.prefetch_ahead` asks
+#: a prefetch into L1 (locality 3), as `codegen.prefetch.Prefetches.prefetch_ahead` asks
 ROW_AHEAD = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 3, i32 1\)")
 
 
