@@ -124,7 +124,7 @@ class Prefetches:
         read only part of the panel (the top row skips the kernel's first row), so the
         panel comes from memory in pieces the hardware does not stream, unlike a 1x1
         conv's, read in order (there a window lost, ResNet-50's layer-3 and layer-4 1x1
-        convs 5-15% slower a call). None where the kernel's activations and two panels
+        convs 7-20% slower a call). None where the kernel's activations and two panels
         pass L2: streaming its activations from memory, a kernel needs its fill buffers
         for them (VGG-19's 3x3 conv over 56x56 pixels, 3.2 MB in and out: 11.5 ->
         13.1 ms a call with a window)."""
