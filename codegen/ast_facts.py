@@ -122,3 +122,13 @@ def fors(node: AstNode) -> list[For]:
     if isinstance(node, If):
         return [*fors(node.then), *(fors(node.orelse) if node.orelse is not None else [])]
     return []
+
+
+def constant_trips(loop: For) -> int | None:
+    """A loop's trip count when its bounds and step are constants, else None."""
+    low = constant_lower(loop.init)
+    bound = upper(loop)
+    high = constant_bound(bound) if bound is not None else None
+    if low is None or high is None or not isinstance(loop.inc, Int):
+        return None
+    return -(-(high - low) // loop.inc.value)

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from polytile.poly.ast import Call, For, Int
+from polytile.poly.ast import Call, For
 from polytile.poly.expr import Load, walk
 from polytile.poly.kernel import Kernel, Role, Statement, mentions
 from polytile.poly.quasi import flat_index
 from polytile.poly.schedule import Schedule
 from polytile.poly.strides import lane_strides
 
-from .ast_facts import called, constant_bound, constant_lower, upper
+from .ast_facts import called, constant_trips
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext, memory_type
 from .values import Instance, Lanes
 
@@ -124,16 +124,13 @@ class Prefetches:
         read only part of the panel (the top row skips the kernel's first row), so the
         panel comes from memory in pieces the hardware does not stream, unlike a 1x1
         conv's, read in order (there a window lost, ResNet-50's layer-3 and layer-4 1x1
-        convs 7-20% slower a call). None where the kernel's activations and two panels
+        convs 4-20% slower a call). None where the kernel's activations and two panels
         pass L2: streaming its activations from memory, a kernel needs its fill buffers
         for them (VGG-19's 3x3 conv over 56x56 pixels, 3.2 MB in and out: 11.5 ->
         13.1 ms a call with a window)."""
-        lo = constant_lower(node.init)
-        bound = upper(node)
-        hi = constant_bound(bound) if bound is not None else None
-        if lo is None or hi is None or not isinstance(node.inc, Int):
+        trips = constant_trips(node)
+        if trips is None:
             return None
-        trips = -(-(hi - lo) // node.inc.value)
         activations = sum(
             math.prod(t.shape) * np.dtype(t.dtype).itemsize
             for t in self.kernel.tensors.values()
@@ -174,7 +171,7 @@ class Prefetches:
         line = b.load(cursor, typ=I64)
         end = b.load(limit, typ=I64)
         left = b.icmp_signed("<", line, end)
-        ptr = b.gep(at, [b.mul(line, ir.Constant(I64, 64))], source_etype=ir.IntType(8))
+        ptr = b.gep(at, [b.mul(line, ir.Constant(I64, LINE_BYTES))], source_etype=ir.IntType(8))
         fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         # a read, to the outer caches (locality 1), of data
         b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 1), ir.Constant(I32, 1)])
@@ -190,12 +187,10 @@ class Prefetches:
             return False
         runs = 1
         for loop in self.enclosing[:-1]:
-            low = constant_lower(loop.init)
-            bound = upper(loop)
-            high = constant_bound(bound) if bound is not None else None
-            if low is None or high is None or not isinstance(loop.inc, Int):
+            trips = constant_trips(loop)
+            if trips is None:
                 return False
-            runs *= max(1, -(-(high - low) // loop.inc.value))
+            runs *= max(1, trips)
         return runs <= PREFETCH_TILES
 
     def prefetch_next(

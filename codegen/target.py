@@ -189,7 +189,7 @@ def rows_ahead(cpu: str) -> int:
 #: from memory at its first row of pixels, where the top border skips the kernel's first
 #: row, and in pieces the hardware does not stream. ResNet-50 tuned 1.002 -> 0.976x
 #: (its layer-3 3x3 convs 0.76 -> 0.69 ms a call, layer 4's 0.93 -> 0.82), default
-#: schedules 1.051 -> 1.011x; Inception v2 1.095 -> 1.034x, ZFNet-512 0.581 -> 0.550x,
+#: schedules 1.049 -> 1.013x; Inception v2 1.095 -> 1.034x, ZFNet-512 0.581 -> 0.550x,
 #: VGG-19 0.976 -> 0.967x, DenseNet-121 0.890 -> 0.896x (within its spread)
 PANEL_AHEAD_CPUS = ROWS_AHEAD_CPUS
 
