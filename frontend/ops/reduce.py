@@ -1,8 +1,10 @@
-"""Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceL2 and ArgMax.
+"""Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
+ReduceSumSquare, ReduceLogSum, ReduceLogSumExp, ArgMax, ArgMin, and the scan CumSum.
 
 The canonical form takes `axes` as a constant int64 input (ONNX moved it from an attribute
 to an input in opset 13 for ReduceSum and in opset 18 for the others); an absent or empty
-`axes` reduces every axis unless `noop_with_empty_axes` is set.
+`axes` reduces every axis unless `noop_with_empty_axes` is set, in which case the op is
+applied elementwise without reducing (|x| for ReduceL1, x * x for ReduceSumSquare, ...).
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from .base import InferContext, OpKind, Rewrite, register
 
 INTS = frozenset({"int32", "int64"})
 SUM_DTYPES = FLOAT_DTYPES | INTS
-MAX_DTYPES = FLOAT_DTYPES | INTS | {"int8", "uint8", "bool"}
+MAX_DTYPES = FLOAT_DTYPES | INTS | {"int8", "uint8", "uint32", "uint64", "bool"}
 ARG_DTYPES = FLOAT_DTYPES | INT_DTYPES
+#: ReduceProd / L1 / SumSquare allow unsigned 32 / 64-bit integers as well as ReduceSum's
+PROD_DTYPES = SUM_DTYPES | {"uint32", "uint64"}
+#: CumSum: float16 since opset 14; bfloat16 is not a polytile dtype
+CUMSUM_DTYPES = FLOAT_DTYPES | INTS | {"uint32", "uint64"}
 
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
@@ -97,8 +103,57 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.mean(x.astype(calc), axis=axes, keepdims=keep)
 
 
+def _highest(dtype: np.dtype) -> object:
+    if dtype == np.bool_:
+        return True
+    if np.issubdtype(dtype, np.integer):
+        return np.iinfo(dtype).max
+    return np.inf
+
+
+def _float_calc(x: np.ndarray) -> np.ndarray:
+    """x in the accumulation dtype of the float reductions: float32, float64 for float64."""
+    return x.astype(np.float64 if x.dtype == np.float64 else np.float32)
+
+
 def _max(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
     return np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype))
+
+
+def _min(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    return np.min(x, axis=axes, keepdims=keep, initial=_highest(x.dtype))
+
+
+def _prod(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    calc = np.float32 if x.dtype == np.float16 else x.dtype
+    return np.prod(x, axis=axes, keepdims=keep, dtype=calc)
+
+
+def _sum_square(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    calc = x.astype(np.float32) if x.dtype == np.float16 else x
+    return np.sum(calc * calc, axis=axes, keepdims=keep)
+
+
+def _l1(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    calc = x.astype(np.float32) if x.dtype == np.float16 else x
+    return np.sum(np.abs(calc), axis=axes, keepdims=keep)
+
+
+def _log_sum(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(np.sum(_float_calc(x), axis=axes, keepdims=keep))
+
+
+def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    """max + log(sum(exp(x - max))), the maximum replaced by 0 where it is infinite (an
+    all -inf slice then gives -inf, not NaN)."""
+    calc = _float_calc(x)
+    peak = np.max(calc, axis=axes, keepdims=True, initial=-np.inf)
+    peak = np.where(np.isinf(peak), 0, peak).astype(calc.dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        total = np.sum(np.exp(calc - peak), axis=axes, keepdims=True)
+        result = np.log(total) + peak
+    return result if keep else np.squeeze(result, axis=axes)
 
 
 def _l2(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
@@ -126,38 +181,91 @@ _reduction("ReduceSum", _sum, SUM_DTYPES, 13)
 _reduction("ReduceMean", _mean, FLOAT_DTYPES, 18)
 _reduction("ReduceMax", _max, MAX_DTYPES, 18)
 _reduction("ReduceL2", _l2, FLOAT_DTYPES, 18)
+_reduction("ReduceMin", _min, MAX_DTYPES, 18)
+_reduction("ReduceProd", _prod, PROD_DTYPES, 18)
+_reduction("ReduceSumSquare", _sum_square, PROD_DTYPES, 18)
+_reduction("ReduceL1", _l1, PROD_DTYPES, 18)
+# integer inputs are left out: onnx removed them in opset 28 (exp and log are float ops)
+_reduction("ReduceLogSum", _log_sum, FLOAT_DTYPES, 18)
+_reduction("ReduceLogSumExp", _log_sum_exp, FLOAT_DTYPES, 18)
 
 
-def _argmax_axis(ctx: InferContext) -> int:
+def arg_axis(ctx: InferContext) -> int:
+    """ArgMax's / ArgMin's normalized axis, checked to be non-empty."""
     x = ctx.type(0)
     if x.rank < 1:
         raise ctx.error("input must have rank >= 1")
     axis = ctx.axis(ctx.attr_int("axis", 0), x.rank)
     if x.shape[axis] == 0:
-        raise ctx.error(f"axis {axis} of input {list(x.shape)} is empty: no maximum exists")
+        extreme = "maximum" if ctx.node.op_type == "ArgMax" else "minimum"
+        raise ctx.error(f"axis {axis} of input {list(x.shape)} is empty: no {extreme} exists")
     if ctx.attr_int("select_last_index", 0) not in (0, 1):
         raise ctx.error("attribute select_last_index must be 0 or 1")
     return axis
 
 
-def _argmax_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
+def _arg_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
     x = xs[0]
-    axis = _argmax_axis(ctx)
+    axis = arg_axis(ctx)
+    find = np.argmax if ctx.node.op_type == "ArgMax" else np.argmin
     if ctx.attr_int("select_last_index", 0):
-        index = x.shape[axis] - 1 - np.argmax(np.flip(x, axis=axis), axis=axis)
+        index = x.shape[axis] - 1 - find(np.flip(x, axis=axis), axis=axis)
     else:
-        index = np.argmax(x, axis=axis)
+        index = find(x, axis=axis)
     if _keepdims(ctx):
         index = np.expand_dims(index, axis)
     return (np.asarray(index, dtype=np.int64),)
 
 
-@register("ArgMax", OpKind.REDUCTION, evaluate=_argmax_evaluate, dtypes=ARG_DTYPES)
-def _argmax(ctx: InferContext) -> tuple[TensorType, ...]:
+def _arg_infer(ctx: InferContext) -> tuple[TensorType, ...]:
     x = ctx.type(0)
-    axis = _argmax_axis(ctx)
+    axis = arg_axis(ctx)
     if _keepdims(ctx):
         shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
     else:
         shape = x.shape[:axis] + x.shape[axis + 1 :]
     return (TensorType(shape, "int64"),)
+
+
+for _op in ("ArgMax", "ArgMin"):
+    register(_op, OpKind.REDUCTION, evaluate=_arg_evaluate, dtypes=ARG_DTYPES)(_arg_infer)
+
+
+# --- CumSum -----------------------------------------------------------------------------------
+
+
+def cumsum_axis(ctx: InferContext) -> int:
+    """The normalized axis of CumSum (input 1: a 0-D, or one-element 1-D, int tensor)."""
+    x = ctx.type(0)
+    if x.rank < 1:
+        raise ctx.error("input x must have rank >= 1")
+    axis_type = ctx.type(1)
+    if axis_type.dtype not in INTS or axis_type.rank > 1 or axis_type.size != 1:
+        raise ctx.error(f"axis (input 1) must be a 0-D int32 / int64 tensor, got {axis_type}")
+    for flag in ("exclusive", "reverse"):
+        if ctx.attr_int(flag, 0) not in (0, 1):
+            raise ctx.error(f"attribute {flag}={ctx.attr_int(flag, 0)} must be 0 or 1")
+    return ctx.axis(ctx.const_ints(1, "axis")[0], x.rank, "axis (input 1)")
+
+
+def _cumsum_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
+    x = xs[0]
+    axis = cumsum_axis(ctx)
+    reverse = bool(ctx.attr_int("reverse", 0))
+    calc = np.flip(x, axis) if reverse else x
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    total = np.cumsum(calc, axis=axis, dtype=acc)
+    if ctx.attr_int("exclusive", 0) and x.shape[axis]:
+        total = np.concatenate(
+            [np.zeros_like(np.take(total, [0], axis=axis)), np.delete(total, -1, axis=axis)],
+            axis=axis,
+        )
+    if reverse:
+        total = np.flip(total, axis)
+    return (np.ascontiguousarray(total).astype(x.dtype),)
+
+
+@register("CumSum", OpKind.ANCHOR, evaluate=_cumsum_evaluate, dtypes=CUMSUM_DTYPES, params={1})
+def _cumsum(ctx: InferContext) -> tuple[TensorType, ...]:
+    cumsum_axis(ctx)
+    return (ctx.type(0),)

@@ -1,5 +1,6 @@
-"""Compute definitions of the reductions: ReduceSum, ReduceMean, ReduceMax, ReduceL2 and
-ArgMax.
+"""Compute definitions of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin,
+ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp), ArgMax,
+ArgMin and CumSum.
 
 A reduction is an init statement (`init_of=`) writing the combiner's identity, then the
 reduction statement (`reduction=` its combiner) over the kept dimensions followed by the
@@ -7,12 +8,18 @@ reduced ones, then, where needed, an elementwise statement finishing the value (
 division of the mean, the square root of L2, the cast of a float16 sum accumulated in
 float32). Kept input axes are named `i<axis>`, reduced ones `k<axis>`; with keepdims the
 written index holds 0 at the reduced axes. The accumulation dtypes are the frontend's
-(its constant-folding evaluation): float16 sums in float32, means and L2 norms in float32
-(float64 for float64).
+(its constant-folding evaluation): float16 sums and products in float32, means, L2 norms
+and logarithms in float32 (float64 for float64).
 
-ArgMax reduces the maximum into a temporary, then the first (or last) index whose value
-equals it: a min (max) reduction of `select(x == max, k, sentinel)`, where a NaN counts as
-equal so that a NaN maximum yields its first index as numpy's argmax does.
+ReduceLogSumExp reduces the maximum first and sums exp(x - max), so large inputs do not
+overflow; an infinite maximum is replaced by 0 (an all -inf slice gives -inf, not NaN).
+
+ArgMax (ArgMin) reduces the maximum (minimum) into a temporary, then the first (or last)
+index whose value equals it: a min (max) reduction of `select(x == peak, k, sentinel)`,
+where a NaN counts as equal so that a NaN peak yields its first index as numpy does.
+
+CumSum is a triangular sum: Y[.., i, ..] = Σ X[.., k, ..] over k <= i (k < i exclusive,
+k >= i reverse), a reduction whose domain bounds k by the output index.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from polytile.frontend.ops.reduce import reduced_axes
+from polytile.frontend.ops.reduce import arg_axis, cumsum_axis, reduced_axes
 
 from ..expr import Const, Expr, Iter, binary, select, unary
 from ..kernel import Statement
@@ -42,12 +49,22 @@ def _layout(
     return dims, tuple(dims[a] for a in kept), kept, list(axes), index
 
 
+Prepare = Callable[[Expr], Expr]
 Finish = Callable[[Expr, int], Expr]
 
 
+def _square(value: Expr) -> Expr:
+    return binary("mul", value, value)
+
+
 def _reduce(
-    ctx: LowerContext, combiner: str, acc_dtype: str, square: bool, finish: Finish | None
+    ctx: LowerContext,
+    combiner: str,
+    acc_dtype: str,
+    prepare: Prepare | None,
+    finish: Finish | None,
 ) -> list[Statement]:
+    """Y = finish(combine over the reduced axes of prepare(X in `acc_dtype`), count)."""
     x, out = ctx.input_type(0), ctx.output_type()
     axes = reduced_axes(ctx.infer_context())
     if not axes:
@@ -56,8 +73,8 @@ def _reduce(
         dims = ctx.dims(x.rank)
         name = ctx.statement_name()
         value = as_dtype(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
-        if square:
-            value = binary("mul", value, value)
+        if prepare is not None:
+            value = prepare(value)
         if finish is not None:
             value = finish(value, 1)
         domain = ctx.domain(name, dims, x.shape)
@@ -67,8 +84,8 @@ def _reduce(
     outer_shape = [x.shape[a] for a in kept]
     red = (tuple(dims[a] for a in reduced), [x.shape[a] for a in reduced])
     value = as_dtype(ctx.load(ctx.node.inputs[0], dims), acc_dtype)
-    if square:
-        value = binary("mul", value, value)
+    if prepare is not None:
+        value = prepare(value)
     direct = finish is None and acc_dtype == out.dtype
     target = ctx.output() if direct else ctx.temp(combiner, outer_shape, acc_dtype)
     index = out_index if direct else outer
@@ -101,7 +118,7 @@ def _float_acc(dtype: str) -> str:
 def _reduce_sum(ctx: LowerContext) -> list[Statement]:
     dtype = ctx.input_type(0).dtype
     acc = "float32" if dtype == "float16" else dtype
-    return _reduce(ctx, "sum", acc, square=False, finish=None)
+    return _reduce(ctx, "sum", acc, prepare=None, finish=None)
 
 
 @lowering("ReduceMean")
@@ -112,42 +129,126 @@ def _reduce_mean(ctx: LowerContext) -> list[Statement]:
         ctx,
         "sum",
         acc,
-        square=False,
+        prepare=None,
         finish=lambda total, count: binary("div", total, Const(float(count), acc)),
     )
 
 
 @lowering("ReduceMax")
 def _reduce_max(ctx: LowerContext) -> list[Statement]:
-    return _reduce(ctx, "max", ctx.input_type(0).dtype, square=False, finish=None)
+    return _reduce(ctx, "max", ctx.input_type(0).dtype, prepare=None, finish=None)
+
+
+@lowering("ReduceMin")
+def _reduce_min(ctx: LowerContext) -> list[Statement]:
+    return _reduce(ctx, "min", ctx.input_type(0).dtype, prepare=None, finish=None)
+
+
+def _small_acc(dtype: str) -> str:
+    """Sums and products of float16 accumulate in float32, others in their own dtype."""
+    return "float32" if dtype == "float16" else dtype
+
+
+@lowering("ReduceProd")
+def _reduce_prod(ctx: LowerContext) -> list[Statement]:
+    acc = _small_acc(ctx.input_type(0).dtype)
+    return _reduce(ctx, "prod", acc, prepare=None, finish=None)
+
+
+@lowering("ReduceSumSquare")
+def _reduce_sum_square(ctx: LowerContext) -> list[Statement]:
+    acc = _small_acc(ctx.input_type(0).dtype)
+    return _reduce(ctx, "sum", acc, prepare=_square, finish=None)
+
+
+@lowering("ReduceL1")
+def _reduce_l1(ctx: LowerContext) -> list[Statement]:
+    acc = _small_acc(ctx.input_type(0).dtype)
+    return _reduce(ctx, "sum", acc, prepare=lambda v: unary("abs", v), finish=None)
+
+
+@lowering("ReduceLogSum")
+def _reduce_log_sum(ctx: LowerContext) -> list[Statement]:
+    acc = _float_acc(ctx.input_type(0).dtype)
+    return _reduce(ctx, "sum", acc, prepare=None, finish=lambda total, _: unary("log", total))
 
 
 @lowering("ReduceL2")
 def _reduce_l2(ctx: LowerContext) -> list[Statement]:
     """sqrt of the sum of squares (in float32 / float64)."""
     acc = _float_acc(ctx.input_type(0).dtype)
-    return _reduce(ctx, "sum", acc, square=True, finish=lambda total, _: unary("sqrt", total))
+    return _reduce(ctx, "sum", acc, prepare=_square, finish=lambda total, _: unary("sqrt", total))
 
 
-@lowering("ArgMax")
-def _argmax(ctx: LowerContext) -> list[Statement]:
-    """peak[outer] = max_k x; Y[outer] = min_k (x == peak ? k : sentinel) (max with
-    select_last_index)."""
+@lowering("ReduceLogSumExp")
+def _reduce_log_sum_exp(ctx: LowerContext) -> list[Statement]:
+    """peak = max x; shift = peak if finite else 0; Y = shift + log(Σ exp(x - shift))."""
+    x, out = ctx.input_type(0), ctx.output_type()
+    acc = _float_acc(x.dtype)
+    axes = reduced_axes(ctx.infer_context())
+    if not axes:  # no reduction: log(exp(x)), as the reference computes it
+        return _reduce(
+            ctx, "sum", acc, prepare=None, finish=lambda v, _: unary("log", unary("exp", v))
+        )
+    keep = bool(int(ctx.attr("keepdims", 1)))  # type: ignore[arg-type]
+    dims, outer, kept, reduced, out_index = _layout(ctx, axes, keep)
+    outer_shape = [x.shape[a] for a in kept]
+    red = (tuple(dims[a] for a in reduced), [x.shape[a] for a in reduced])
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), acc)
+    base = ctx.node.name
+    peak = ctx.temp("max", outer_shape, acc)
+    statements = reduction(
+        ctx, f"{base}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
+    )
+    top = ctx.load_temp(peak, outer)
+    infinite = binary("eq", unary("abs", top), Const(math.inf, acc))
+    shift = select(infinite, Const(0.0, acc), top)
+    total = ctx.temp("sum", outer_shape, acc)
+    statements += reduction(
+        ctx,
+        f"{base}_reduce_sum",
+        (outer, outer_shape),
+        red,
+        total,
+        outer,
+        unary("exp", binary("sub", value, shift)),
+        "sum",
+    )
+    result = binary("add", unary("log", ctx.load_temp(total, outer)), shift)
+    name = ctx.statement_name()
+    domain = ctx.domain(name, outer, outer_shape)
+    expr = as_dtype(result, out.dtype)
+    statements.append(Statement(name, outer, domain, ctx.output(), out_index, expr))
+    return statements
+
+
+@lowering("ArgMax", "ArgMin")
+def _arg_extremum(ctx: LowerContext) -> list[Statement]:
+    """peak[outer] = max_k x (min for ArgMin); Y[outer] = min_k (x == peak ? k : sentinel)
+    (max with select_last_index)."""
     x = ctx.input_type(0)
-    axis = ctx.infer_context().axis(int(ctx.attr("axis", 0)), x.rank)  # type: ignore[arg-type]
+    axis = arg_axis(ctx.infer_context())
+    extreme = "max" if ctx.node.op_type == "ArgMax" else "min"
     keep = bool(int(ctx.attr("keepdims", 1)))  # type: ignore[arg-type]
     last = bool(int(ctx.attr("select_last_index", 0)))  # type: ignore[arg-type]
     dims, outer, kept, _, out_index = _layout(ctx, [axis], keep)
     outer_shape = [x.shape[a] for a in kept]
     red = ((dims[axis],), [x.shape[axis]])
     value = ctx.load(ctx.node.inputs[0], dims)
-    peak = ctx.temp("max", outer_shape, x.dtype)
+    peak = ctx.temp(extreme, outer_shape, x.dtype)
     statements = reduction(
-        ctx, f"{ctx.node.name}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
+        ctx,
+        f"{ctx.node.name}_reduce_{extreme}",
+        (outer, outer_shape),
+        red,
+        peak,
+        outer,
+        value,
+        extreme,
     )
     hit = binary("eq", value, ctx.load_temp(peak, outer))
     if np.dtype(x.dtype).kind == "f":
-        hit = binary("or", hit, binary("ne", value, value))  # NaN: the maximum is NaN
+        hit = binary("or", hit, binary("ne", value, value))  # NaN: the peak is NaN
     combiner = "max" if last else "min"
     sentinel = ctx.const(identity(combiner, "int64"), "int64")  # type: ignore[arg-type]
     position = select(hit, Iter(dims[axis], "int64"), sentinel)
@@ -161,4 +262,38 @@ def _argmax(ctx: LowerContext) -> list[Statement]:
         position,
         combiner,
     )
+    return statements
+
+
+@lowering("CumSum")
+def _cumsum(ctx: LowerContext) -> list[Statement]:
+    """Y[.., i, ..] = Σ_k X[.., k, ..] over k <= i (k < i exclusive; k >= i, k > i
+    reverse), accumulated in float32 for float16."""
+    x = ctx.input_type(0)
+    axis = cumsum_axis(ctx.infer_context())
+    exclusive = bool(int(ctx.attr("exclusive", 0)))  # type: ignore[arg-type]
+    reverse = bool(int(ctx.attr("reverse", 0)))  # type: ignore[arg-type]
+    dims = ctx.dims(x.rank)
+    source = tuple("k" if a == axis else d for a, d in enumerate(dims))
+    relation = (">" if exclusive else ">=") if reverse else ("<" if exclusive else "<=")
+    acc = _small_acc(x.dtype)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], source), acc)
+    direct = acc == x.dtype
+    target = ctx.output() if direct else ctx.temp("sum", x.shape, acc)
+    statements = reduction(
+        ctx,
+        f"{ctx.node.name}_scan",
+        (dims, x.shape),
+        (("k",), (x.shape[axis],)),
+        target,
+        dims,
+        value,
+        "sum",
+        where=(f"k {relation} {dims[axis]}",),
+    )
+    if not direct:
+        name = ctx.statement_name()
+        domain = ctx.domain(name, dims, x.shape)
+        expr = as_dtype(ctx.load_temp(target, dims), x.dtype)
+        statements.append(Statement(name, dims, domain, ctx.output(), dims, expr))
     return statements
