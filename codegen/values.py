@@ -21,6 +21,11 @@ from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_
 from .transpose import load_row, store_row
 from .vecmath import vector_call
 
+#: unary ops computed by a libm function of the same name (libmvec's for whole vectors)
+LIBM = frozenset(
+    {"erf", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh"}
+    | {"asinh", "acosh", "atanh"}
+)
 #: constant exponents `constant_power` raises to without pow
 ROOT_POWERS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, -0.5, -1.0)
 #: the only floating-point liberty taken: fusing a multiply and an add (FMA)
@@ -307,19 +312,19 @@ class Instance:
         b = self.b
         k = kind(dtype)
         zero = ir.Constant(x.type, None)
-        if op == "not":
+        if op == "not" or (op == "bitnot" and k in "iu"):
             return b.not_(x)
         if k == "f":
             if op == "neg":
                 return b.fneg(x)
-            if op in ("exp", "log"):  # erf and tanh: `libm` tries libmvec first
+            if op in ("exp", "log"):  # the others of LIBM: `libm` tries libmvec first
                 whole = vector_call(b, self.mc, op, [x])
                 if whole is not None:
                     return whole
-            if op in ("abs", "exp", "log", "sqrt", "floor", "ceil"):
-                name = "fabs" if op == "abs" else op
+            if op in ("abs", "exp", "log", "sqrt", "floor", "ceil", "round"):
+                name = {"abs": "fabs", "round": "roundeven"}.get(op, op)
                 return b.call(self.mc.intrinsic(name, x.type), [x])
-            if op in ("erf", "tanh"):
+            if op in LIBM:
                 return self.libm(op, x, dtype)
             one = _constant_like(x.type, 1.0)
             if op == "recip":
@@ -335,7 +340,7 @@ class Instance:
                 return b.sub(zero, x)
             if op == "abs":
                 return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x) if signed else x
-            if op in ("floor", "ceil"):
+            if op in ("floor", "ceil", "round"):
                 return x
             if op == "relu":
                 return b.select(b.icmp_signed("<", x, zero), zero, x) if signed else x
@@ -351,8 +356,11 @@ class Instance:
                 return fcmp(compare[op], a, c)
             icmp = b.icmp_signed if k == "i" else b.icmp_unsigned
             return icmp(compare[op], a, c)
-        if op in ("and", "or"):
-            return b.and_(a, c) if op == "and" else b.or_(a, c)
+        bitwise = {"and": b.and_, "or": b.or_, "xor": b.xor}
+        if op in bitwise:  # of bools
+            return bitwise[op](a, c)
+        if op.startswith("bit") and op[3:] in bitwise and k in "iu":
+            return bitwise[op[3:]](a, c)
         if k == "b":
             if op in ("max", "add"):
                 return b.or_(a, c)

@@ -1,4 +1,5 @@
-"""glibc's vector math library (libmvec): exp, log, pow, tanh and erf of whole vectors.
+"""glibc's vector math library (libmvec): exp, log, pow, tanh, erf and the trigonometric
+and hyperbolic functions and their inverses (sin ... atanh) of whole vectors.
 
 LLVM expands `llvm.exp.v16f32` (and `llvm.pow`, and a libm call per lane) into one
 scalar libm call per lane. libmvec has the same functions for a whole SSE, AVX2 or
@@ -28,7 +29,24 @@ if TYPE_CHECKING:
     from .target import Target
 
 #: libm functions with vector variants, and their arguments
-FUNCTIONS = {"exp": 1, "log": 1, "pow": 2, "tanh": 1, "erf": 1}
+FUNCTIONS = {
+    "exp": 1,
+    "log": 1,
+    "pow": 2,
+    "tanh": 1,
+    "erf": 1,
+    "sin": 1,
+    "cos": 1,
+    "tan": 1,
+    "asin": 1,
+    "acos": 1,
+    "atan": 1,
+    "sinh": 1,
+    "cosh": 1,
+    "asinh": 1,
+    "acosh": 1,
+    "atanh": 1,
+}
 #: the vector ABI's ISA letters, the register bits of each and the CPU feature it
 #: needs, widest first (AVX without AVX2, letter `c`, adds no width)
 ISAS = (("e", 512, "avx512f"), ("d", 256, "avx2"), ("b", 128, "sse2"))
@@ -58,7 +76,8 @@ def symbol(isa: str, lanes: int, name: str, double: bool) -> str:
 
 @functools.cache
 def has(name: str) -> bool:
-    """Whether libmvec defines this symbol (tanh and erf came in glibc 2.35)."""
+    """Whether libmvec defines this symbol (sin and cos came in glibc 2.22; tan, the
+    inverse and hyperbolic functions, tanh and erf in 2.35)."""
     lib = _library()
     return lib is not None and hasattr(lib, name)
 

@@ -28,6 +28,22 @@ UNARY_OPS = frozenset(
         "sigmoid",
         "recip",
         "relu",
+        # trigonometric and hyperbolic functions and their inverses (libm / libmvec)
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        #: to the nearest integer, halves to even (C's roundeven; numpy's round)
+        "round",
+        #: bitwise complement of an integer (`not` is the logical one of a bool)
+        "bitnot",
     }
 )
 BINARY_OPS = frozenset(
@@ -39,6 +55,7 @@ BINARY_OPS = frozenset(
         "max",
         "min",
         "pow",
+        #: C's remainder (fmod, `%`): the sign of the dividend; x % 0 is 0 for integers
         "mod",
         "eq",
         "ne",
@@ -48,8 +65,14 @@ BINARY_OPS = frozenset(
         "ge",
         "and",
         "or",
+        "xor",
+        "bitand",
+        "bitor",
+        "bitxor",
     }
 )
+#: logical connectives of bools
+LOGICAL = frozenset({"and", "or", "xor"})
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 #: reduction combiners and their identities
 COMBINERS = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
@@ -117,6 +140,10 @@ class Binary:
             "ge": ">=",
             "and": "&&",
             "or": "||",
+            "xor": "^^",
+            "bitand": "&",
+            "bitor": "|",
+            "bitxor": "^",
         }
         if self.op in symbols:
             return f"({self.a} {symbols[self.op]} {self.b})"
@@ -198,7 +225,7 @@ def unary(op: str, x: Expr) -> Unary:
 def binary(op: str, a: Expr, b: Expr) -> Binary:
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op}")
-    dtype = "bool" if op in COMPARISONS | {"and", "or"} else a.dtype
+    dtype = "bool" if op in COMPARISONS | LOGICAL else a.dtype
     return Binary(op, a, b, dtype)
 
 

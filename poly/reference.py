@@ -74,6 +74,19 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "recip": lambda x: 1.0 / x,
     "relu": lambda x: np.maximum(x, 0),
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "round": np.round,  # halves to even
+    "bitnot": np.invert,
 }
 
 
@@ -101,6 +114,10 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "ge": np.greater_equal,
     "and": np.logical_and,
     "or": np.logical_or,
+    "xor": np.logical_xor,
+    "bitand": np.bitwise_and,
+    "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor,
 }
 
 COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

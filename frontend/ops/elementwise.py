@@ -1,5 +1,6 @@
-"""Elementwise ops: unary math and activations, broadcasting binary and variadic ops,
-comparisons and logic, Cast, Clip, Where.
+"""Elementwise ops: unary math (trigonometric, rounding, sign, float tests) and
+activations, broadcasting binary and variadic ops, comparisons, logic and bitwise ops,
+Mod, Cast and CastLike, Clip, Where; Size (folded from the static shape).
 
 Each op's numpy evaluation is used only for compile-time folding; ops without one fold
 through onnx's reference evaluator.
@@ -14,7 +15,7 @@ import numpy as np
 from polytile.errors import UnsupportedOpError
 
 from ..graph import FLOAT_DTYPES, INT_DTYPES, Node, TensorType
-from ..onnx_io import onnx_to_dtype
+from ..onnx_io import dtype_to_onnx, onnx_to_dtype
 from .base import (
     InferContext,
     OpKind,
@@ -86,6 +87,67 @@ _unary(
     FLOAT_DTYPES,
 )
 _unary("HardSwish", lambda c, x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), FLOAT_DTYPES)
+_unary("Sign", lambda c, x: np.sign(x), NUMERIC)
+_unary("Round", lambda c, x: np.round(x), FLOAT_DTYPES)  # halves to even
+_unary("BitwiseNot", lambda c, x: np.invert(x), INT_DTYPES)
+for _op, _fn in {
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Tan": np.tan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Atan": np.arctan,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
+    "Atanh": np.arctanh,
+}.items():
+    _unary(_op, lambda c, x, fn=_fn: fn(x), FLOAT_DTYPES)
+_unary(
+    "ThresholdedRelu",
+    lambda c, x: np.where(x > c.attr_float("alpha", 1.0), x, 0),
+    FLOAT_DTYPES,
+)
+_unary(
+    "Celu",
+    lambda c, x: (
+        np.maximum(x, 0)
+        + np.minimum(0, c.attr_float("alpha", 1.0) * np.expm1(x / c.attr_float("alpha", 1.0)))
+    ),
+    FLOAT_DTYPES,
+)
+_unary(
+    "Shrink",
+    lambda c, x: np.where(
+        x < -c.attr_float("lambd", 0.5),
+        x + c.attr_float("bias", 0.0),
+        np.where(x > c.attr_float("lambd", 0.5), x - c.attr_float("bias", 0.0), 0),
+    ),
+    NUMERIC,
+)
+
+
+def _float_test(op_type: str, fn: Unary) -> None:
+    """A float predicate (IsNaN, IsInf): bool output of the input's shape."""
+
+    def evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
+        return (np.asarray(fn(ctx, xs[0]), dtype=bool),)
+
+    def infer(ctx: InferContext) -> tuple[TensorType, ...]:
+        return (TensorType(ctx.shape(0), "bool"),)
+
+    register(op_type, OpKind.ELEMENTWISE, evaluate=evaluate, dtypes=FLOAT_DTYPES)(infer)
+
+
+_float_test("IsNaN", lambda c, x: np.isnan(x))
+_float_test(
+    "IsInf",
+    lambda c, x: (
+        (np.isposinf(x) & bool(c.attr_int("detect_positive", 1)))
+        | (np.isneginf(x) & bool(c.attr_int("detect_negative", 1)))
+    ),
+)
 
 
 @register("Gelu", OpKind.ELEMENTWISE, dtypes=FLOAT_DTYPES)
@@ -140,6 +202,27 @@ _binary("And", np.logical_and, frozenset({"bool"}), "bool")
 _binary("Equal", np.equal, NUMERIC | {"bool"}, "bool")
 _binary("Greater", np.greater, NUMERIC, "bool")
 _binary("Less", np.less, NUMERIC, "bool")
+_binary("GreaterOrEqual", np.greater_equal, NUMERIC, "bool")
+_binary("LessOrEqual", np.less_equal, NUMERIC, "bool")
+_binary("Or", np.logical_or, frozenset({"bool"}), "bool")
+_binary("Xor", np.logical_xor, frozenset({"bool"}), "bool")
+_binary("BitwiseAnd", np.bitwise_and, INT_DTYPES)
+_binary("BitwiseOr", np.bitwise_or, INT_DTYPES)
+_binary("BitwiseXor", np.bitwise_xor, INT_DTYPES)
+
+
+def _mod_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
+    fn = np.fmod if ctx.attr_int("fmod", 0) else np.mod
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype, copy=False),)
+
+
+@register("Mod", OpKind.ELEMENTWISE, evaluate=_mod_evaluate, dtypes=NUMERIC)
+def _mod(ctx: InferContext) -> tuple[TensorType, ...]:
+    """fmod=0: the sign of the divisor (Python's %); fmod=1: of the dividend (C's fmod)."""
+    if ctx.attr_int("fmod", 0) not in (0, 1):
+        raise ctx.error(f"attribute fmod={ctx.attr_int('fmod')} is not 0 or 1")
+    return _infer_broadcast(ctx)
 
 
 def _variadic(op_type: str, fn: Binary) -> None:
@@ -199,6 +282,31 @@ def _cast(ctx: InferContext) -> tuple[TensorType, ...]:
     except UnsupportedOpError as exc:
         raise ctx.unsupported(str(exc)) from exc
     return (TensorType(ctx.shape(0), dtype),)
+
+
+def _cast_like_canonicalize(ctx: InferContext, since: int) -> Rewrite:
+    """CastLike is Cast to the second input's dtype (whose values are not read)."""
+    node = ctx.node
+    attrs = {"to": dtype_to_onnx(ctx.dtype(1))}
+    if "saturate" in node.attrs:
+        attrs["saturate"] = node.attrs["saturate"]
+    return Rewrite((Node(node.name, "Cast", (node.inputs[0],), node.outputs, attrs),))
+
+
+@register("CastLike", OpKind.ELEMENTWISE, canonicalize=_cast_like_canonicalize)
+def _cast_like(ctx: InferContext) -> tuple[TensorType, ...]:
+    return (TensorType(ctx.shape(0), ctx.dtype(1)),)
+
+
+@register(
+    "Size",
+    OpKind.SHAPE,
+    evaluate=lambda ctx, xs: (np.array(ctx.type(0).size, dtype=np.int64),),
+    needs_values=False,
+)
+def _size(ctx: InferContext) -> tuple[TensorType, ...]:
+    """The number of elements, from the static shape: folded to a constant."""
+    return (TensorType((), "int64"),)
 
 
 def _clip_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:

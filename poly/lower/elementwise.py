@@ -52,6 +52,19 @@ for _op, _fn in {
     "Not": "not",
     "Sigmoid": "sigmoid",
     "Reciprocal": "recip",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Tan": "tan",
+    "Asin": "asin",
+    "Acos": "acos",
+    "Atan": "atan",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Asinh": "asinh",
+    "Acosh": "acosh",
+    "Atanh": "atanh",
+    "Round": "round",
+    "BitwiseNot": "bitnot",
 }.items():
     _simple(_op, lambda ctx, a, fn=_fn: unary(fn, a[0]))
 
@@ -64,6 +77,13 @@ for _op, _fn in {
     "Equal": "eq",
     "Greater": "gt",
     "Less": "lt",
+    "GreaterOrEqual": "ge",
+    "LessOrEqual": "le",
+    "Or": "or",
+    "Xor": "xor",
+    "BitwiseAnd": "bitand",
+    "BitwiseOr": "bitor",
+    "BitwiseXor": "bitxor",
 }.items():
     _simple(_op, lambda ctx, a, fn=_fn: binary(fn, a[0], a[1]))
 
@@ -218,3 +238,79 @@ def _batch_norm_lowering(ctx: LowerContext) -> list[Statement]:
 
 lowering("BatchNormalization")(_batch_norm_lowering)
 _simple("Identity", lambda ctx, a: a[0])
+
+
+def _sign(ctx: LowerContext, a: list[Expr]) -> Expr:
+    """1, -1 or x itself (0, -0 or NaN)."""
+    x = a[0]
+    zero, one = ctx.const(0, x.dtype), ctx.const(1, x.dtype)
+    rest = x
+    if not x.dtype.startswith("uint"):
+        rest = select(binary("lt", x, zero), ctx.const(-1, x.dtype), x)
+    return select(binary("gt", x, zero), one, rest)
+
+
+def _mod(ctx: LowerContext, a: list[Expr]) -> Expr:
+    """fmod=1: C's remainder (the sign of the dividend). fmod=0: the sign of the divisor
+    (numpy's mod): a nonzero remainder whose sign differs from the divisor's moves by
+    one divisor, and a zero one of floats takes the divisor's sign."""
+    x, y = a
+    r = binary("mod", x, y)
+    if ctx.attr("fmod", 0) or x.dtype.startswith("uint") or x.dtype == "bool":
+        return r
+    zero = ctx.const(0, x.dtype)
+    differ = binary("ne", binary("lt", r, zero), binary("lt", y, zero))
+    moved = select(binary("and", binary("ne", r, zero), differ), binary("add", r, y), r)
+    if not x.dtype.startswith("float"):
+        return moved
+    signed_zero = select(binary("lt", y, zero), ctx.const(-0.0, x.dtype), zero)
+    return select(binary("eq", moved, zero), signed_zero, moved)
+
+
+def _is_inf(ctx: LowerContext, a: list[Expr]) -> Expr:
+    x = a[0]
+    positive, negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    inf = ctx.const(math.inf, x.dtype)
+    if positive and negative:
+        return binary("eq", unary("abs", x), inf)
+    if positive:
+        return binary("eq", x, inf)
+    if negative:
+        return binary("eq", x, unary("neg", inf))
+    return ctx.const(False, "bool")
+
+
+def _shrink(ctx: LowerContext, a: list[Expr]) -> Expr:
+    """Integers are compared and shifted in double, as onnx's reference does (its float
+    attributes promote them), then converted back by the statement."""
+    x = a[0] if a[0].dtype.startswith("float") else Cast(a[0], "float64")
+    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))  # type: ignore[arg-type]
+    c = lambda v: ctx.const(v, x.dtype)  # noqa: E731
+    above = select(binary("gt", x, c(lambd)), binary("sub", x, c(bias)), c(0.0))
+    return select(binary("lt", x, c(-lambd)), binary("add", x, c(bias)), above)
+
+
+def _celu(ctx: LowerContext, a: list[Expr]) -> Expr:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    x = a[0]
+    alpha = float(ctx.attr("alpha", 1.0))  # type: ignore[arg-type]
+    c = lambda v: ctx.const(v, x.dtype)  # noqa: E731
+    scaled = x if alpha == 1.0 else binary("div", x, c(alpha))
+    negative = binary("sub", unary("exp", scaled), c(1.0))
+    if alpha != 1.0:
+        negative = binary("mul", c(alpha), negative)
+    return binary("add", binary("max", x, c(0.0)), binary("min", negative, c(0.0)))
+
+
+_simple("Sign", _sign)
+_simple("Mod", _mod)
+_simple("IsNaN", lambda ctx, a: binary("ne", a[0], a[0]))
+_simple("IsInf", _is_inf)
+_simple("Shrink", _shrink)
+_simple(
+    "ThresholdedRelu",
+    lambda ctx, a: select(
+        binary("gt", a[0], _f(ctx, "alpha", 1.0, a[0])), a[0], ctx.const(0.0, a[0].dtype)
+    ),
+)
+_simple("Celu", _celu)

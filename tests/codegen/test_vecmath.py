@@ -37,6 +37,17 @@ NUMPY = {
     "tanh": np.tanh,
     "erf": ERF,
     "pow": np.power,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
 #: numpy's (float64) results against float32 results: libmvec's 4 ulp and the rounding
 ULPS = 4.5
@@ -78,6 +89,10 @@ def inputs(name: str, n: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     if name == "log":
         return [np.abs(rng.standard_normal(n) * 50).astype(dtype) + np.finfo(dtype).tiny]
+    if name in ("asin", "acos", "atanh"):  # their domain: [-1, 1]
+        return [rng.uniform(-1, 1, n).astype(dtype)]
+    if name == "acosh":
+        return [(1 + np.abs(rng.standard_normal(n) * 20)).astype(dtype)]
     if name == "pow":
         base = np.abs(rng.standard_normal(n) * 3).astype(dtype)
         return [base, rng.uniform(-3, 3, n).astype(dtype)]
