@@ -120,3 +120,13 @@ def test_every_module_imports_from_installed_wheel(wheel: Path, tmp_path: Path) 
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_wheel_holds_the_modern_zoo(wheel: Path) -> None:
+    """The zoo's light ONNX files are package data: a user's install has no ../shared."""
+    shipped = sorted((ROOT / "polytile" / "zoo" / "models").glob("*.onnx"))
+    assert len(shipped) == 32
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    missing = [p.name for p in shipped if f"polytile/zoo/models/{p.name}" not in names]
+    assert not missing, f"zoo files missing from the wheel (pyproject package-data): {missing}"

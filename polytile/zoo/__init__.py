@@ -1,28 +1,25 @@
-"""A small model zoo: real architectures with seeded random weights, built offline.
+"""A model zoo: real architectures with seeded random weights, built offline.
 
-Benchmarks, examples and end-to-end tests need realistic models, but the pretrained ONNX
-model zoo is gigabytes behind a network download. The onnx wheel already ships the nine
-"light" model-zoo architectures (`backend/test/data/light`), whose large weights were
-replaced by `ConstantOfShape` fills of a `<weight>__SHAPE` initializer. This module turns
-those fills back into real initializers holding seeded random values, so every compiler
-stage sees the true weight shapes and constant tensors, and the outputs stay numerically
-meaningful (finite, with non-degenerate softmax). Two generated models, one BERT-style
-transformer encoder layer and an MLP, cover MatMul / LayerNormalization / GELU workloads.
+Benchmarks, examples and end-to-end tests need realistic models, but pretrained weights
+are gigabytes behind a network download. Three sources, none needing the network:
 
-Weights are drawn per tensor from `numpy.random.default_rng([seed, crc32(tensor name)])`,
-so a tensor's values depend only on the seed and its name, never on node order.
+- `onnx-light`: the nine 2012-2016 CNNs the onnx wheel ships (`backend/test/data/light`);
+- `modern`: today's torchvision / timm / Hugging Face exports (`models/` beside this file,
+  with the README that says how they were made), static, with symbolic batch / sequence
+  dimensions (`__dyn`) and int8-quantized (`__qdq`, `__qop`, `__int8dyn`);
+- `generated`: a BERT-style encoder layer and an MLP built here.
+
+The light files replace large weights by `ConstantOfShape` fills; `weights.py` turns them
+into seeded random initializers that keep activations of order 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
-import math
 import os
 import tempfile
-import zlib
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,6 +29,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.errors import InputError, ModelError, ShapeError
+
+from . import generated
+from .calibrate import scale_layers
+from .weights import legacy_roles, modern_roles, randomize_light, rng_for
 
 __all__ = [
     "NAMES",
@@ -44,6 +45,10 @@ __all__ = [
     "random_inputs",
 ]
 
+Source = Literal["onnx-light", "modern", "generated"]
+#: a dimension: its size, or the name of a symbolic dimension
+Dim = int | str
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -51,8 +56,16 @@ class ModelInfo:
 
     name: str
     description: str
-    source: Literal["onnx-light", "generated"]  # architecture from the onnx wheel, or ours
-    inputs: tuple[tuple[str, tuple[int, ...]], ...]  # true graph inputs: (name, static shape)
+    source: Source
+    inputs: tuple[tuple[str, tuple[Dim, ...]], ...]  # true graph inputs: (name, shape)
+    #: the model's int8 form ('qdq', 'qop', 'int8dyn'), or '' for float models
+    quantized: str = ""
+
+    @property
+    def symbolic(self) -> tuple[str, ...]:
+        """Names of the symbolic dimensions of its inputs (e.g. 'batch', 'seq')."""
+        dims = (d for _, shape in self.inputs for d in shape if isinstance(d, str))
+        return tuple(dict.fromkeys(dims))
 
 
 # Short name -> (file stem under onnx's light directory, description).
@@ -68,23 +81,54 @@ _LIGHT: dict[str, tuple[str, str]] = {
     "zfnet512": ("zfnet512", "ZFNet-512, 224x224, LRN + 3 large Gemm"),
 }
 
-_TRANSFORMER_SHAPE = (1, 128, 256)
-_TRANSFORMER_HEADS = 4
-_TRANSFORMER_FFN = 1024
-_MLP_SHAPE = (8, 784)
-_MLP_WIDTHS = (784, 512, 256, 10)
-
-_GENERATED: dict[str, tuple[str, tuple[int, ...]]] = {
-    "transformer": (
-        "BERT-style encoder layer (opset 17): 4-head attention, LayerNorm, Erf-GELU FFN",
-        _TRANSFORMER_SHAPE,
-    ),
-    "mlp": ("MLP 784-512-256-10 (opset 13): Gemm + Relu, Softmax", _MLP_SHAPE),
+# Today's architectures (the `models/` directory): name -> description. Variants
+# `<name>__dyn` (symbolic batch / sequence), `__qdq`, `__qop`, `__int8dyn` (int8) are
+# described from their base.
+_MODERN: dict[str, str] = {
+    "bart_enc_small": "BART encoder (Hugging Face), 2 layers, d=256, seq 64",
+    "bert_small": "BERT (Hugging Face), 4 layers, d=256, seq 128, attention mask",
+    "clip_text_small": "CLIP text encoder (Hugging Face), 2 layers, causal mask, 77 tokens",
+    "convnext_small": "ConvNeXt-S (torchvision), 7x7 depthwise, channels-last LayerNorm",
+    "efficientnet_b1": "EfficientNet-B1 (torchvision), 240x240, depthwise, SiLU, SE",
+    "efficientnet_v2_s": "EfficientNetV2-S (torchvision), fused MBConv, SE",
+    "gpt2_2l": "GPT-2 (Hugging Face), 2 layers, d=512, causal mask, Gemm + GELU(tanh)",
+    "inception_v3": "Inception-v3 (torchvision), 299x299, asymmetric convs",
+    "llama_small": "Llama (Hugging Face), 2 layers, RMSNorm, rotary, grouped-query, SiLU",
+    "lraspp_mbv3": "LR-ASPP MobileNetV3 (torchvision), segmentation, bilinear Resize",
+    "maxvit_t": "MaxViT-T (torchvision), MBConv + block / grid attention",
+    "mobilenet_v3_large": "MobileNetV3-Large (torchvision), depthwise, hard-swish, SE",
+    "qwen2_small": "Qwen2 (Hugging Face, dynamo export), 2 layers, rotary, grouped-query",
+    "regnet_x_400mf": "RegNetX-400MF (torchvision), grouped convs",
+    "resnet34": "ResNet-34 (torchvision, dynamo export), 224x224",
+    "roberta_small": "RoBERTa (Hugging Face), 4 layers, d=256, CumSum positions",
+    "shufflenet_v2_x0_5": "ShuffleNetV2 x0.5 (torchvision), channel split and shuffle",
+    "squeezenet1_1": "SqueezeNet 1.1 (torchvision), fire modules",
+    "swin_v2_t": "Swin-V2-T (torchvision), 256x256, shifted windows, cosine attention",
+    "timm_levit_128s": "LeViT-128S (timm), attention with conv stem, hard-swish",
+    "timm_mixer_s16": "MLP-Mixer S/16 (timm), token and channel MLPs",
+    "timm_repvgg_a0": "RepVGG-A0 (timm), 3x3 + 1x1 branches",
+    "vit_b_32": "ViT-B/32 (torchvision, dynamo export), 12 layers",
+    "wav2vec2_small": "wav2vec 2.0 (Hugging Face), conv feature encoder, 2 layers",
 }
+_VARIANTS = {
+    "dyn": "symbolic batch (and sequence)",
+    "qdq": "int8 static quantization, QDQ format",
+    "qop": "int8 static quantization, QOperator format",
+    "int8dyn": "int8 dynamic quantization",
+}
+_MODELS_DIR = Path(__file__).parent / "models"
+_MODERN_FILES = tuple(sorted(p.stem for p in _MODELS_DIR.glob("*.onnx")))
 
-NAMES: tuple[str, ...] = (*_LIGHT, *_GENERATED)
+NAMES: tuple[str, ...] = (*_LIGHT, *_MODERN_FILES, *generated.GENERATED)
 
 _LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+#: bumped when a filling rule changes, so cached models of the old rules are not reused
+_FILL_VERSION = 2
+
+
+_QUANTIZED = ("qdq", "qop", "int8dyn")
+#: sizes of symbolic dimensions for the input the weights are scaled on
+_CALIBRATION_DIMS = {"batch": 1, "seq": 32}
 
 
 def _check_name(name: str) -> None:
@@ -98,31 +142,36 @@ def _check_seed(seed: int) -> None:
         raise InputError(f"zoo seed must be a non-negative integer, got {seed!r}")
 
 
-def _rng(seed: int, tensor_name: str) -> np.random.Generator:
-    """A generator that depends only on (seed, tensor name), so node order never matters."""
-    return np.random.default_rng([int(seed), zlib.crc32(tensor_name.encode("utf-8"))])
+def _split(name: str) -> tuple[str, str]:
+    """A modern model's base architecture and variant ('' for the plain export)."""
+    base, _, variant = name.partition("__")
+    return base, variant
 
 
 @functools.cache
-def _light_model_bytes(stem: str) -> bytes:
-    path = _LIGHT_DIR / f"light_{stem}.onnx"
+def _file_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise ModelError(f"zoo: cannot read {path} shipped with onnx: {exc}") from exc
+        raise ModelError(f"zoo: cannot read {path}: {exc}") from exc
 
 
-def _load_light(stem: str) -> onnx.ModelProto:
+def _light_path(name: str) -> Path:
+    if name in _LIGHT:
+        return _LIGHT_DIR / f"light_{_LIGHT[name][0]}.onnx"
+    return _MODELS_DIR / f"{name}.onnx"
+
+
+def _load_light(name: str) -> onnx.ModelProto:
+    """The light file of a legacy or modern zoo model (weights still fills)."""
     model = onnx.ModelProto()
-    model.ParseFromString(_light_model_bytes(stem))
+    model.ParseFromString(_file_bytes(_light_path(name)))
     return model
 
 
-def _static_shape(value_info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
     dims = value_info.type.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
-        return None
-    return tuple(d.dim_value for d in dims)
+    return tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
 
 
 def _true_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
@@ -131,414 +180,46 @@ def _true_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [i for i in graph.input if i.name not in inits]
 
 
+def _info(name: str) -> ModelInfo:
+    if name in generated.GENERATED:
+        description, shape = generated.GENERATED[name]
+        return ModelInfo(name, description, "generated", (("x", shape),))
+    graph = _load_light(name).graph
+    inputs = tuple((i.name, _shape(i)) for i in _true_inputs(graph))
+    if name in _LIGHT:
+        return ModelInfo(name, _LIGHT[name][1], "onnx-light", inputs)
+    base, variant = _split(name)
+    description = _MODERN.get(base, base)
+    if variant:
+        description += f"; {_VARIANTS.get(variant, variant)}"
+    quantized = variant if variant in _QUANTIZED else ""
+    return ModelInfo(name, description, "modern", inputs, quantized)
+
+
 def list_models() -> list[ModelInfo]:
     """Every zoo model with its true inputs; cheap (builds no weights)."""
-    infos = []
-    for name, (stem, description) in _LIGHT.items():
-        graph = _load_light(stem).graph
-        inputs = tuple((i.name, _static_shape(i) or ()) for i in _true_inputs(graph))
-        infos.append(ModelInfo(name, description, "onnx-light", inputs))
-    for name, (description, shape) in _GENERATED.items():
-        infos.append(ModelInfo(name, description, "generated", (("x", shape),)))
-    return infos
+    return [_info(name) for name in NAMES]
 
 
-# ---------------------------------------------------------------------------------------
-# Light models: ConstantOfShape fills -> seeded random initializers
-# ---------------------------------------------------------------------------------------
-
-# A sampler takes (rng, shape) and returns float32 values (float32 generation is ~2x faster
-# than float64 for the ~144M weights of VGG-19).
-_Sampler = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
-
-
-def _normal(std: float, mean: float = 0.0) -> _Sampler:
-    def sample(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        values = rng.standard_normal(shape, dtype=np.float32)
-        values *= np.float32(std)
-        values += np.float32(mean)
-        return values
-
-    return sample
-
-
-def _uniform(low: float, high: float) -> _Sampler:
-    def sample(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        values = rng.random(shape, dtype=np.float32)  # [0, 1): low is reached, high is not
-        values *= np.float32(high - low)
-        values += np.float32(low)
-        return values
-
-    return sample
-
-
-def _he_normal(fan_in: int) -> _Sampler:
-    # He init keeps the second moment of activations roughly constant through Conv/Gemm +
-    # ReLU, so deep plain nets (VGG-19) neither vanish nor overflow.
-    return _normal(math.sqrt(2.0 / max(fan_in, 1)))
-
-
-_DEFAULT = _normal(0.05)
-_BIAS = _normal(0.01)
-_BN_ROLES: dict[int, _Sampler] = {
-    1: _uniform(0.5, 1.0),  # scale (gamma)
-    2: _normal(0.05),  # B (beta)
-    3: _normal(0.05),  # running mean
-    4: _uniform(0.5, 1.5),  # running variance: strictly positive
-}
-# DenseNet / Inception-v2 keep BN's affine part outside the BN node (Unsqueeze -> Mul /
-# Add; see _expanded_affine_bns). Those nets are deep plain stacks with no residual trunk,
-# and BN with fixed random statistics does not renormalise: with scale ~ U(0.5, 1.0) every
-# layer has an rms gain of ~0.8 (E[s^2] * E[1/var] = 7/12 * ln 3 = 0.64), which compounds
-# to a logit std of ~0.1 and a uniform softmax. Their Mul scale is drawn gain-neutral
-# instead, U(0.625, 1.25) (= 1.25 * U(0.5, 1.0), E[s^2] * E[1/var] = 1.0), which gives a
-# logit std of ~2-5. A gain-neutral gamma everywhere was tried and rejected: it makes the
-# residual nets too peaky (ShuffleNet, seed 1: max softmax 0.9995).
-_EXPANDED_SCALE = _uniform(0.625, 1.25)
-# Residual taming (ResNet-50, and ShuffleNet which has the same Sum merges). BN with fixed
-# random statistics does not renormalise, so every residual block adds its branch's
-# variance to the trunk. Measured over seeds 0-3 with gamma ~ U(0.5, 1) everywhere:
-# ResNet-50 logit std 10-13, max softmax up to 0.9989; ShuffleNet logit std 40-300, max
-# softmax 1.0. As in zero-gamma / Fixup initialisation, the last BN of each residual
-# branch (found structurally by _residual_branch_bns) gets gamma ~ U(0.1, 0.3), so each
-# block starts close to identity: logit std then 1.0-1.3 (ResNet-50), 1.1-5.2
-# (ShuffleNet) over seeds 0-15. Projection shortcuts keep the ordinary gamma.
-_RESIDUAL_GAMMA = _uniform(0.1, 0.3)
-
-
-def _consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
-    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for slot, name in enumerate(node.input):
-            if name:
-                uses.setdefault(name, []).append((node, slot))
-    return uses
-
-
-def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
-    for attr in node.attribute:
-        if attr.name == name:
-            return int(attr.i)
-    return default
-
-
-_CHAIN_OPS = frozenset({"BatchNormalization", "Conv", "Relu", "Reshape", "Transpose"})
-
-
-def _residual_branch_bns(graph: onnx.GraphProto) -> set[str]:
-    """Output names of the BatchNormalization nodes that end a residual branch.
-
-    A residual merge is a Sum/Add fed by a BN. Walking back from that BN through the
-    Conv / BN / Relu (and ShuffleNet's Reshape / Transpose) chain counts the branch's
-    Convs: a residual branch has several (ResNet bottleneck: 3), a projection shortcut
-    has one (Conv + BN on the block input) and keeps the ordinary gamma.
-    """
-    producer = {out: node for node in graph.node for out in node.output}
-    ends: set[str] = set()
-    for merge in graph.node:
-        if merge.op_type not in ("Sum", "Add"):
-            continue
-        for name in merge.input:
-            bn = producer.get(name)
-            if bn is None or bn.op_type != "BatchNormalization":
-                continue
-            convs, node = 0, bn
-            while node is not None and node.op_type in _CHAIN_OPS:
-                convs += node.op_type == "Conv"
-                node = producer.get(node.input[0])
-            if convs >= 2:
-                ends.add(bn.output[0])
-    return ends
-
-
-def _expanded_affine_bns(
-    graph: onnx.GraphProto, uses: dict[str, list[tuple[onnx.NodeProto, int]]]
-) -> set[str]:
-    """Output names of BatchNormalization nodes whose affine part follows as Mul / Add.
-
-    Caffe2's DenseNet and Inception-v2 export SpatialBN without affine, then a Scale
-    layer as Unsqueeze -> Mul and Unsqueeze -> Add: the BN node's own scale and B are
-    exactly 1 and 0 (the few that the light files kept with their values say so).
-    """
-    producer = {out: node for node in graph.node for out in node.output}
-    expanded: set[str] = set()
-    for node in graph.node:
-        if node.op_type != "BatchNormalization":
-            continue
-        for user, slot in uses.get(node.output[0], []):
-            other = producer.get(user.input[1 - slot]) if len(user.input) == 2 else None
-            if user.op_type == "Mul" and other is not None and other.op_type == "Unsqueeze":
-                expanded.add(node.output[0])
-    return expanded
-
-
-def _constant(value: float) -> _Sampler:
-    return lambda rng, shape: np.full(shape, value, dtype=np.float32)
-
-
-def _role_sampler(
-    name: str,
-    shape: tuple[int, ...],
-    uses: dict[str, list[tuple[onnx.NodeProto, int]]],
-    residual_ends: set[str],
-    expanded_bns: set[str],
-) -> _Sampler:
-    """The distribution of a weight, from the op and input slot that consume it."""
-    for node, slot in uses.get(name, []):
-        op = node.op_type
-        if op == "BatchNormalization" and node.output[0] in expanded_bns and slot in (1, 2):
-            # Keep the exported identity: scale 1, B 0 (drawing them too would apply a
-            # second random gain to every layer).
-            return _constant(1.0 if slot == 1 else 0.0)
-        if op == "Conv" and slot == 1:
-            return _he_normal(math.prod(shape[1:]))
-        if op == "Gemm" and slot == 1:
-            # B is (K, N) or, with transB, (N, K); K is the fan-in.
-            fan_in = shape[-1] if _attr_int(node, "transB", 0) else shape[0]
-            return _he_normal(fan_in)
-        if op in ("Conv", "Gemm") and slot == 2:
-            return _BIAS
-        if op == "BatchNormalization" and slot in _BN_ROLES:
-            if slot == 1 and node.output[0] in residual_ends:
-                return _RESIDUAL_GAMMA
-            return _BN_ROLES[slot]
-        if op == "Unsqueeze":
-            # DenseNet / Inception-v2: BN's affine part exported as Unsqueeze -> Mul / Add.
-            for user, _ in uses.get(node.output[0], []):
-                if user.op_type == "Mul":
-                    return _EXPANDED_SCALE
-                if user.op_type == "Add":
-                    return _BN_ROLES[2]
-        if op == "Mul":
-            return _EXPANDED_SCALE
-        if op == "Add":
-            return _BN_ROLES[2]
-    return _DEFAULT
-
-
-def _fill_value(node: onnx.NodeProto) -> np.ndarray:
-    for attr in node.attribute:
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
-    return np.zeros(1, dtype=np.float32)  # the operator's default fill
-
-
-def _copy(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    copy = onnx.TensorProto()
-    copy.CopyFrom(tensor)
-    return copy
-
-
-def _randomize_light(model: onnx.ModelProto, seed: int, model_name: str) -> onnx.ModelProto:
-    """Turn every weight of a light model into a seeded random initializer, in place.
-
-    Weights are the `ConstantOfShape` fills of a shape initializer, plus the few small
-    float initializers the onnx authors left with their trained values (biases, BN
-    statistics). Those are re-drawn too: trained statistics next to random weights wreck
-    the numerics (ShuffleNet's stem BN has running variances down to 5e-14, a gain of ~15
-    that leaves a one-hot softmax; DenseNet's include denormals such as 5.6e-45), and a
-    zoo model should depend on the seed alone. Int64 shape tensors (Reshape targets) and
-    initializers no node reads are kept as they are.
-    """
-    graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    uses = _consumers(graph)
-    residual_ends = _residual_branch_bns(graph)
-    expanded_bns = _expanded_affine_bns(graph, uses)
-
-    # Plan first, sample last: each weight is drawn straight into its place in the graph,
-    # so the ~550 MB of VGG-19 are not copied between protobuf messages again and again.
-    # A plan entry is (tensor name, shape, fill): a float fill means "draw by role" (its
-    # dtype is the tensor's), an integer fill is repeated exactly, None keeps the tensor.
-    weights: dict[str, tuple[str, tuple[int, ...], np.ndarray]] = {}  # shape init -> weight
-    kept_nodes = []
-    for node in graph.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
-            kept_nodes.append(node)
-            continue
-        shape = tuple(int(d) for d in numpy_helper.to_array(inits[node.input[0]]).ravel())
-        weights[node.input[0]] = (node.output[0], shape, _fill_value(node))
-    del graph.node[:]
-    graph.node.extend(kept_nodes)
-
-    # Shape initializers nothing reads any more go; in IR version 3 every initializer is
-    # also a graph input, so the weight takes the input slot its shape tensor had.
-    still_read = {name for node in graph.node for name in node.input}
-    dead = {name for name in weights if name not in still_read}
-    plan: list[tuple[str, tuple[int, ...], np.ndarray | None]] = []
-    for tensor in graph.initializer:
-        if tensor.name in dead:
-            continue
-        array = numpy_helper.to_array(tensor)
-        if tensor.name in still_read and np.issubdtype(array.dtype, np.floating):
-            plan.append((tensor.name, array.shape, array.ravel()[:1]))  # a trained leftover
-        else:
-            plan.append((tensor.name, array.shape, None))  # kept as it is
-    plan += weights.values()
-
-    keep = {name for name, _, fill in plan if fill is None}
-    kept = {t.name: _copy(t) for t in graph.initializer if t.name in keep}  # all small
-    del graph.initializer[:]
-    for name, shape, fill in plan:
-        tensor = graph.initializer.add()
-        if fill is None:
-            tensor.CopyFrom(kept[name])
-            continue
-        if np.issubdtype(fill.dtype, np.floating):
-            sampler = _role_sampler(name, shape, uses, residual_ends, expanded_bns)
-            values = sampler(_rng(seed, name), shape).astype(fill.dtype, copy=False)
-        else:  # a ConstantOfShape that is not a weight: keep its fill exact
-            values = np.full(shape, fill.ravel()[0], dtype=fill.dtype)
-        tensor.name = name
-        tensor.data_type = helper.np_dtype_to_tensor_dtype(values.dtype)
-        tensor.dims.extend(shape)
-        raw = np.ascontiguousarray(values, values.dtype.newbyteorder("<")).tobytes()
-        del values  # VGG-19's fc6 alone is 411 MB: keep at most two copies alive
-        tensor.raw_data = raw
-
-    inputs: list[onnx.ValueInfoProto] = []
-    for value_info in graph.input:
-        if value_info.name in weights:
-            name, shape, fill = weights[value_info.name]
-            elem_type = helper.np_dtype_to_tensor_dtype(fill.dtype)
-            inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
-        if value_info.name not in dead:
-            inputs.append(value_info)
-    del graph.input[:]
-    graph.input.extend(inputs)
-    graph.doc_string = (
-        f"polytile zoo model {model_name!r}: onnx light architecture, random weights seed={seed}"
-    )
-    return model
-
-
-# ---------------------------------------------------------------------------------------
-# Generated models
-# ---------------------------------------------------------------------------------------
-
-
-class _GraphBuilder:
-    """Collects nodes and initializers; every random tensor is seeded by its own name."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-
-    def const(self, name: str, values: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(values, name))
-        return name
-
-    def random(self, name: str, shape: tuple[int, ...], sampler: _Sampler) -> str:
-        return self.const(name, sampler(_rng(self.seed, name), shape))
-
-    def op(self, op_type: str, inputs: list[str], output: str, **attrs: object) -> str:
-        self.nodes.append(helper.make_node(op_type, inputs, [output], name=output, **attrs))
-        return output
-
-
-def _finish(
-    b: _GraphBuilder,
-    name: str,
-    x_shape: tuple[int, ...],
-    y: str,
-    y_shape: tuple[int, ...],
-    opset: int,
-) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        b.nodes,
-        name,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, y_shape)],
-        initializer=b.inits,
-        doc_string=f"polytile zoo model {name!r}: generated, random weights seed={b.seed}",
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="polytile.zoo"
-    )
-    # Pin a modest IR version so older onnxruntime builds still load the model.
-    model.ir_version = 8
-    return model
-
-
-def _build_transformer(seed: int) -> onnx.ModelProto:
-    """One post-LN BERT encoder layer, written the way PyTorch exports it (opset 17)."""
-    batch, seq, hidden = _TRANSFORMER_SHAPE
-    heads, ffn = _TRANSFORMER_HEADS, _TRANSFORMER_FFN
-    head_dim = hidden // heads
-    b = _GraphBuilder(seed)
-    w, bias = _normal(0.02), _normal(0.02)
-    ln_scale, ln_bias = _normal(0.02, mean=1.0), _normal(0.02)
-
-    def linear(prefix: str, x: str, n_in: int, n_out: int) -> str:
-        mm = b.op("MatMul", [x, b.random(f"{prefix}.weight", (n_in, n_out), w)], f"{prefix}.mm")
-        return b.op("Add", [mm, b.random(f"{prefix}.bias", (n_out,), bias)], f"{prefix}.out")
-
-    def layer_norm(prefix: str, x: str, output: str) -> str:
-        scale = b.random(f"{prefix}.weight", (hidden,), ln_scale)
-        shift = b.random(f"{prefix}.bias", (hidden,), ln_bias)
-        return b.op("LayerNormalization", [x, scale, shift], output, axis=-1, epsilon=1e-5)
-
-    heads_shape = b.const("attn.heads_shape", np.array([batch, seq, heads, head_dim], np.int64))
-    merged_shape = b.const("attn.merged_shape", np.array([batch, seq, hidden], np.int64))
-
-    def split_heads(name: str, x: str, perm: list[int]) -> str:
-        r = b.op("Reshape", [x, heads_shape], f"attn.{name}.heads")
-        return b.op("Transpose", [r], f"attn.{name}.t", perm=perm)
-
-    q = split_heads("q", linear("attn.q", "x", hidden, hidden), [0, 2, 1, 3])  # (B,H,S,D)
-    k = split_heads("k", linear("attn.k", "x", hidden, hidden), [0, 2, 3, 1])  # (B,H,D,S)
-    v = split_heads("v", linear("attn.v", "x", hidden, hidden), [0, 2, 1, 3])  # (B,H,S,D)
-    scores = b.op("MatMul", [q, k], "attn.scores")
-    inv_sqrt_d = b.const("attn.inv_sqrt_d", np.array(1.0 / math.sqrt(head_dim), np.float32))
-    scaled = b.op("Mul", [scores, inv_sqrt_d], "attn.scaled")
-    probs = b.op("Softmax", [scaled], "attn.probs", axis=-1)
-    context = b.op("MatMul", [probs, v], "attn.context")
-    context = b.op("Transpose", [context], "attn.context.t", perm=[0, 2, 1, 3])
-    context = b.op("Reshape", [context, merged_shape], "attn.context.merged")
-    attn_out = linear("attn.out", context, hidden, hidden)
-    h = layer_norm("attn.ln", b.op("Add", [attn_out, "x"], "attn.residual"), "attn.ln.out")
-
-    up = linear("ffn.up", h, hidden, ffn)
-    sqrt2 = b.const("ffn.sqrt2", np.array(math.sqrt(2.0), np.float32))
-    one = b.const("ffn.one", np.array(1.0, np.float32))
-    half = b.const("ffn.half", np.array(0.5, np.float32))
-    erf = b.op("Erf", [b.op("Div", [up, sqrt2], "ffn.gelu.div")], "ffn.gelu.erf")
-    gelu = b.op("Mul", [up, b.op("Add", [erf, one], "ffn.gelu.add")], "ffn.gelu.mul")
-    gelu = b.op("Mul", [gelu, half], "ffn.gelu.out")
-    down = linear("ffn.down", gelu, ffn, hidden)
-    layer_norm("ffn.ln", b.op("Add", [down, h], "ffn.residual"), "y")
-    return _finish(b, "transformer", _TRANSFORMER_SHAPE, "y", _TRANSFORMER_SHAPE, 17)
-
-
-def _build_mlp(seed: int) -> onnx.ModelProto:
-    """A 3-layer perceptron on flattened MNIST-sized inputs, weights stored (out, in)."""
-    b = _GraphBuilder(seed)
-    x = "x"
-    last = len(_MLP_WIDTHS) - 2
-    for i, (n_in, n_out) in enumerate(itertools.pairwise(_MLP_WIDTHS)):
-        weight = b.random(f"fc{i + 1}.weight", (n_out, n_in), _he_normal(n_in))
-        bias = b.random(f"fc{i + 1}.bias", (n_out,), _BIAS)
-        x = b.op("Gemm", [x, weight, bias], f"fc{i + 1}.out", transB=1)
-        if i < last:
-            x = b.op("Relu", [x], f"fc{i + 1}.relu")
-    b.op("Softmax", [x], "y", axis=1)
-    return _finish(b, "mlp", _MLP_SHAPE, "y", (_MLP_SHAPE[0], _MLP_WIDTHS[-1]), 13)
-
-
-# ---------------------------------------------------------------------------------------
-# Public API
-# ---------------------------------------------------------------------------------------
+def model_info(name: str) -> ModelInfo:
+    _check_name(name)
+    return _info(name)
 
 
 def _build_unchecked(name: str, seed: int) -> onnx.ModelProto:
     _check_name(name)
     _check_seed(seed)
+    if name in generated.GENERATED:
+        return generated.build(name, seed)
+    model = _load_light(name)
     if name in _LIGHT:
-        return _randomize_light(_load_light(_LIGHT[name][0]), seed, name)
-    if name == "transformer":
-        return _build_transformer(seed)
-    return _build_mlp(seed)
+        doc = f"polytile zoo model {name!r}: onnx light architecture, random weights seed={seed}"
+        return randomize_light(model, seed, legacy_roles(model.graph), doc)
+    doc = f"polytile zoo model {name!r}: modern export, random weights seed={seed}"
+    model = randomize_light(model, seed, modern_roles(model.graph), doc)
+    if _split(name)[1] in _QUANTIZED:
+        return model  # its weights are int8 data of quantization ops polytile refuses
+    return scale_layers(model, random_inputs(model, seed, dims=_CALIBRATION_DIMS))
 
 
 def _check(name: str, model: onnx.ModelProto | bytes) -> None:
@@ -576,7 +257,7 @@ def cache_dir(cache_root: Path | None = None) -> Path:
 
 
 def materialize(name: str, seed: int = 0, cache_root: Path | None = None) -> Path:
-    """Write `<cache>/<name>-seed<seed>.onnx` once and return its path.
+    """Write `<cache>/<name>-seed<seed>-v<rules>.onnx` once and return its path.
 
     Tools that take a file (the CLI, onnxruntime, benchmarks) then share one copy. The
     file appears atomically (temp file in the same directory, then os.replace), so a
@@ -585,7 +266,7 @@ def materialize(name: str, seed: int = 0, cache_root: Path | None = None) -> Pat
     _check_name(name)
     _check_seed(seed)
     directory = cache_dir(cache_root)
-    path = directory / f"{name}-seed{int(seed)}.onnx"
+    path = directory / f"{name}-seed{int(seed)}-v{_FILL_VERSION}.onnx"
     if path.is_file():
         return path
     data = _build_unchecked(name, seed).SerializeToString()  # vgg19: 575 MB, below 2 GB
@@ -610,27 +291,85 @@ def load(name: str, seed: int = 0, cache_root: Path | None = None) -> onnx.Model
     return onnx.load(materialize(name, seed, cache_root))
 
 
-_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+_INT_TYPES = {
+    TensorProto.INT8,
+    TensorProto.INT16,
+    TensorProto.INT32,
+    TensorProto.INT64,
+    TensorProto.UINT8,
+    TensorProto.UINT16,
+    TensorProto.UINT32,
+    TensorProto.UINT64,
+}
+#: ops that pass an index tensor on unchanged (up to shape and integer type)
+_INDEX_PASS = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity"})
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """N(0, 1) feeds for the model's true inputs, seeded per input name like the weights."""
+def _index_bound(graph: onnx.GraphProto, name: str) -> int | None:
+    """The row count of the table an integer input indexes (an embedding's vocabulary),
+    following it through reshapes and casts to a Gather's indices; None if it indexes
+    nothing (an attention mask)."""
+    shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in graph.initializer}
+    for node in graph.node:  # light fills: the weight's shape is its __SHAPE initializer
+        if node.op_type == "ConstantOfShape" and node.input[0] in shapes:
+            init = next(t for t in graph.initializer if t.name == node.input[0])
+            shapes[node.output[0]] = tuple(int(d) for d in numpy_helper.to_array(init))
+    frontier, seen = [name], set()
+    while frontier:
+        tensor = frontier.pop()
+        seen.add(tensor)
+        for node in graph.node:
+            if tensor not in node.input:
+                continue
+            if node.op_type == "Gather" and list(node.input).index(tensor) == 1:
+                table = shapes.get(node.input[0])
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                if table:
+                    return int(table[axis])
+            elif node.op_type in _INDEX_PASS and node.output[0] not in seen:
+                frontier.append(node.output[0])
+    return None
+
+
+def random_inputs(
+    model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded feeds for the model's true inputs (seeded per input name like the weights).
+
+    Floats are N(0, 1); an integer input that indexes a table (token ids into an
+    embedding) is uniform over the table's rows, any other integer input (a mask) is all
+    ones. `dims` gives the sizes of symbolic dimensions ({'batch': 1, 'seq': 64}).
+    """
     _check_seed(seed)
+    dims = dict(dims or {})
     feeds: dict[str, np.ndarray] = {}
     for value_info in _true_inputs(model.graph):
         elem_type = value_info.type.tensor_type.elem_type
-        if elem_type not in _FLOAT_TYPES:
+        shape = []
+        for dim in _shape(value_info):
+            if isinstance(dim, str):
+                if dim not in dims:
+                    raise ShapeError(
+                        f"random_inputs: input '{value_info.name}' has symbolic dimension "
+                        f"'{dim}'; give its size in dims={{'{dim}': ...}}"
+                    )
+                dim = dims[dim]
+            shape.append(int(dim))
+        rng = rng_for(seed, value_info.name)
+        dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+        if elem_type in _FLOAT_TYPES:
+            feeds[value_info.name] = rng.standard_normal(shape).astype(dtype)
+        elif elem_type in _INT_TYPES:
+            bound = _index_bound(model.graph, value_info.name)
+            values = rng.integers(0, bound, shape) if bound else np.ones(shape)
+            feeds[value_info.name] = values.astype(dtype)
+        elif elem_type == TensorProto.BOOL:
+            feeds[value_info.name] = np.ones(shape, dtype=bool)
+        else:
             type_name = TensorProto.DataType.Name(elem_type)
             raise InputError(
-                f"random_inputs: input '{value_info.name}' has type {type_name}; "
-                "only float inputs can be filled with N(0, 1)"
+                f"random_inputs: input '{value_info.name}' has type {type_name}, which "
+                "cannot be filled with random values"
             )
-        shape = _static_shape(value_info)
-        if shape is None:
-            raise ShapeError(
-                f"random_inputs: input '{value_info.name}' has no static shape; "
-                "give it fixed dimensions first"
-            )
-        dtype = helper.tensor_dtype_to_np_dtype(elem_type)
-        feeds[value_info.name] = _rng(seed, value_info.name).standard_normal(shape).astype(dtype)
     return feeds

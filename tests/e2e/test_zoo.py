@@ -20,8 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polytile import zoo
 from polytile.errors import InputError, ShapeError
+from polytile.zoo.weights import legacy_roles, randomize_light
 
-LIGHT = [n for n in zoo.NAMES if n not in ("transformer", "mlp")]
+LIGHT = [i.name for i in zoo.list_models() if i.source == "onnx-light"]
+MODERN = [i.name for i in zoo.list_models() if i.source == "modern"]
 BIG = {"alexnet", "vgg19", "zfnet512"}  # 250-575 MB each: a few seconds to build
 SMALL = ["squeezenet", "shufflenet", "mlp", "transformer"]
 
@@ -52,7 +54,8 @@ def _run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nd
 def test_names_and_list_models_agree() -> None:
     infos = zoo.list_models()
     assert tuple(i.name for i in infos) == zoo.NAMES
-    assert len(zoo.NAMES) == 11
+    assert len(LIGHT) == 9 and len(MODERN) == 32
+    assert len(zoo.NAMES) == 9 + 32 + 2
     by_name = {i.name: i for i in infos}
     for name in LIGHT:
         assert by_name[name].source == "onnx-light"
@@ -219,7 +222,7 @@ def test_gemm_without_transb_takes_fan_in_from_rows() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
     model.ir_version = 3
-    out = zoo._randomize_light(model, 0, "synthetic")
+    out = randomize_light(model, 0, legacy_roles(model.graph), "synthetic")
     onnx.checker.check_model(out, full_check=True)
     assert [n.op_type for n in out.graph.node] == ["Gemm"]
     assert [i.name for i in out.graph.input] == ["x", "w", "b"]
@@ -248,13 +251,13 @@ def test_weights_are_deterministic_per_seed_and_differ_across_seeds(name: str, z
 
 
 def test_weights_do_not_depend_on_node_order(zoo_model) -> None:
-    light = zoo._load_light(zoo._LIGHT["shufflenet"][0])
+    light = zoo._load_light("shufflenet")
     nodes = list(light.graph.node)
     fills = [n for n in nodes if n.op_type == "ConstantOfShape"]
     random.Random(0).shuffle(fills)  # fills have no node inputs: any order is valid
     del light.graph.node[:]
     light.graph.node.extend(fills + [n for n in nodes if n.op_type != "ConstantOfShape"])
-    shuffled = _weights(zoo._randomize_light(light, 0, "shufflenet"))
+    shuffled = _weights(randomize_light(light, 0, legacy_roles(light.graph), "shufflenet"))
     reference = _weights(zoo_model("shufflenet"))
     assert shuffled.keys() == reference.keys()
     for key, value in reference.items():
@@ -272,22 +275,40 @@ def test_random_inputs(zoo_model) -> None:
     assert not np.array_equal(x, zoo.random_inputs(model, seed=4)["data_0"])
 
 
-def test_random_inputs_rejects_dynamic_and_non_float_inputs() -> None:
-    def model_with(input_info: onnx.ValueInfoProto) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            [helper.make_node("Identity", [input_info.name], ["y"])],
-            "g",
-            [input_info],
-            [helper.make_tensor_value_info("y", input_info.type.tensor_type.elem_type, None)],
-        )
-        return helper.make_model(graph)
+def _model_with(input_info: onnx.ValueInfoProto, *nodes: onnx.NodeProto) -> onnx.ModelProto:
+    out = nodes[-1].output[0] if nodes else "y"
+    nodes = nodes or (helper.make_node("Identity", [input_info.name], ["y"]),)
+    graph = helper.make_graph(
+        list(nodes),
+        "g",
+        [input_info],
+        [helper.make_tensor_value_info(out, TensorProto.UNDEFINED, None)],
+        initializer=[numpy_helper.from_array(np.zeros((7, 3), np.float32), "table")],
+    )
+    return helper.make_model(graph)
 
-    dynamic = model_with(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]))
-    with pytest.raises(ShapeError, match="'x'"):
+
+def test_random_inputs_symbolic_dims_and_unsupported_types() -> None:
+    dynamic = _model_with(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]))
+    with pytest.raises(ShapeError, match="'x'.*'N'"):
         zoo.random_inputs(dynamic)
-    integer = model_with(helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4]))
-    with pytest.raises(InputError, match="'ids'"):
-        zoo.random_inputs(integer)
+    assert zoo.random_inputs(dynamic, dims={"N": 3})["x"].shape == (3, 4)
+    strings = _model_with(helper.make_tensor_value_info("s", TensorProto.STRING, [2]))
+    with pytest.raises(InputError, match="'s'"):
+        zoo.random_inputs(strings)
+
+
+def test_random_inputs_integer_indices_stay_inside_their_table() -> None:
+    """Token ids reach an embedding through casts and reshapes: they are drawn over its
+    rows; an integer input that indexes nothing (a mask) is all ones."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT32, [4, 50])
+    cast = helper.make_node("Cast", ["ids"], ["ids64"], to=TensorProto.INT64)
+    gather = helper.make_node("Gather", ["table", "ids64"], ["y"], axis=0)
+    feeds = zoo.random_inputs(_model_with(ids, cast, gather), seed=3)
+    assert feeds["ids"].dtype == np.int32
+    assert feeds["ids"].min() == 0 and feeds["ids"].max() == 6  # 200 draws over 7 rows
+    mask = _model_with(helper.make_tensor_value_info("mask", TensorProto.INT64, [2, 5]))
+    np.testing.assert_array_equal(zoo.random_inputs(mask)["mask"], np.ones((2, 5)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,8 +330,8 @@ def test_cache_dir_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_materialize_writes_once(tmp_path: Path) -> None:
     root = tmp_path / "cache" / "nested"
     path = zoo.materialize("mlp", seed=2, cache_root=root)
-    assert path == root / "mlp-seed2.onnx" and path.is_file()
-    assert [p.name for p in root.iterdir()] == ["mlp-seed2.onnx"]  # no temp file left
+    assert path == root / "mlp-seed2-v2.onnx" and path.is_file()
+    assert [p.name for p in root.iterdir()] == ["mlp-seed2-v2.onnx"]  # no temp file left
     past = path.stat().st_mtime_ns - 10**10  # make a rewrite visible on any filesystem
     os.utime(path, ns=(past, past))
     assert zoo.materialize("mlp", seed=2, cache_root=root) == path
