@@ -10,6 +10,9 @@ The rules are TVM's, on the op kinds of the registry:
 - the remaining elementwise / injective ops fuse into chains;
 - a tensor with several consumers, or a graph output, ends a chain; zero-copy views
   (`Graph.aliases`) belong to no group;
+- the indices of an indexing op (Gather, Scatter, ...) are read from a buffer of their
+  own, never computed inside its group: the compiled model checks them there before the
+  kernel runs (`ops.indexing.index_inputs`);
 - no merge may create a cycle between groups: the group graph stays a DAG.
 """
 
@@ -22,6 +25,7 @@ import networkx as nx
 
 from .graph import Graph, Node
 from .ops import OPS, OpKind
+from .ops.indexing import index_inputs
 
 FUSABLE = (OpKind.ELEMENTWISE, OpKind.INJECTIVE, OpKind.VIEW)
 
@@ -187,8 +191,9 @@ class _Partitioner:
             current = consumer
 
     def fuse_prologue(self, anchor: Node, consumer: Node, merged: set[str]) -> None:
-        for tensor in consumer.inputs:
-            if not tensor or tensor in self.graph.constants:
+        held = index_inputs(consumer)
+        for position, tensor in enumerate(consumer.inputs):
+            if not tensor or tensor in self.graph.constants or position in held:
                 continue
             producer = self.graph.producers.get(tensor)
             if (
@@ -206,10 +211,12 @@ class _Partitioner:
 
     def fuse_chain(self, node: Node, merged: set[str]) -> None:
         """Join an elementwise / injective node to the injective group of its producer."""
-        for tensor in node.inputs:
+        held = index_inputs(node)
+        for position, tensor in enumerate(node.inputs):
             producer = self.graph.producers.get(tensor) if tensor else None
             if (
                 producer is None
+                or position in held
                 or producer.outputs[0] in self.graph.aliases
                 or len([o for o in producer.outputs if o]) != 1  # its other outputs escape
                 or self.kind(producer) not in FUSABLE

@@ -1,6 +1,6 @@
 """Tensor ops: constants and shape computations (always folded), Identity and Dropout
 (eliminated), reshape-like views, and injective data movement (Transpose, Concat, Split,
-Slice, Pad, Gather, Expand, Tile, Resize).
+Slice, Pad, Expand, Tile, Resize); Gather lives with the indexing ops (`indexing`).
 
 Shape-chain ops have a numpy `evaluate` so that shape computations propagate during import;
 Resize folds through onnx's reference evaluator. Older op versions whose parameters were
@@ -18,9 +18,6 @@ import numpy as np
 from ..graph import FLOAT_DTYPES, SUPPORTED_DTYPES, Node, TensorType
 from ..onnx_io import dtype_to_onnx
 from .base import InferContext, OpKind, Rewrite, broadcast_shapes, register, same_as_input
-
-INDEX_DTYPES = frozenset({"int32", "int64"})
-
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -387,7 +384,7 @@ def _unsqueeze(ctx: InferContext) -> tuple[TensorType, ...]:
     return (TensorType(_unsqueeze_shape(ctx), ctx.dtype(0)),)
 
 
-# --- injective: Transpose, Concat, Split, Slice, Pad, Gather, Expand, Tile ---------------
+# --- injective: Transpose, Concat, Split, Slice, Pad, Expand, Tile ---------------------
 
 
 def transpose_perm(ctx: InferContext) -> tuple[int, ...]:
@@ -655,38 +652,6 @@ def _pad(ctx: InferContext) -> tuple[TensorType, ...]:
         pad_value(ctx)
     shape = tuple(d + b + e for d, (b, e) in zip(ctx.shape(0), widths, strict=True))
     return (TensorType(shape, ctx.dtype(0)),)
-
-
-def _gather_indices(ctx: InferContext, indices: np.ndarray, axis: int) -> np.ndarray:
-    dim = ctx.shape(0)[axis]
-    bad = (indices < -dim) | (indices >= dim)
-    if np.any(bad):
-        raise ctx.error(
-            f"index {int(indices[bad].reshape(-1)[0])} is out of range for axis {axis} "
-            f"of size {dim}"
-        )
-    return np.where(indices < 0, indices + dim, indices)
-
-
-def _gather_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
-    axis = ctx.axis(ctx.attr_int("axis", 0), len(ctx.shape(0)))
-    indices = _gather_indices(ctx, np.asarray(xs[1]).astype(np.int64), axis)
-    return (np.take(xs[0], indices, axis=axis),)
-
-
-@register("Gather", OpKind.INJECTIVE, evaluate=_gather_evaluate)
-def _gather(ctx: InferContext) -> tuple[TensorType, ...]:
-    shape = ctx.shape(0)
-    if not shape:
-        raise ctx.error("data must have rank at least 1")
-    axis = ctx.axis(ctx.attr_int("axis", 0), len(shape))
-    if ctx.dtype(1) not in INDEX_DTYPES:
-        raise ctx.error(f"indices have dtype {ctx.dtype(1)}, not int32 or int64")
-    indices = ctx.value(1)
-    if indices is not None:
-        _gather_indices(ctx, np.asarray(indices).astype(np.int64), axis)
-    out = shape[:axis] + ctx.shape(1) + shape[axis + 1 :]
-    return (TensorType(out, ctx.dtype(0)),)
 
 
 def _expand_shape(ctx: InferContext) -> tuple[int, ...]:

@@ -6,9 +6,8 @@ Indices are affine in isl syntax: `floor(e/c)` for a division by a constant and
 Resize's clamped nearest neighbours) each piece is a statement over its part of the output
 box, so the domains stay exact: no statement instance loads outside its tensor and the
 pieces of one output are disjoint and cover it. Concat has one statement per input over
-its slab of the output, Split one per output. Gather loads its indices tensor and uses the
-value as an indirect index (an `Expr` entry of a `Load`), normalized when it may be
-negative. Linear and cubic Resize compute their source coordinates as float64 `Expr`s
+its slab of the output, Split one per output (Gather lives with the indexing ops,
+`lower.indexing`). Linear and cubic Resize compute their source coordinates as float64 `Expr`s
 exactly as onnx's reference evaluator does and load the clamped neighbours indirectly.
 
 Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze) are usually zero-copy aliases (see
@@ -244,26 +243,6 @@ def _tile(ctx: LowerContext) -> list[Statement]:
             index.append("0")
         else:
             index.append(_mod(dim, size))
-    return [_copy(ctx, index)]
-
-
-@lowering("Gather")
-def _gather(ctx: LowerContext) -> list[Statement]:
-    """Y[a..., j..., b...] = X[a..., idx, b...] with idx = indices[j...] loaded as an
-    indirect index, plus the axis size when it is negative (only when it may be)."""
-    x, indices = ctx.input_type(0), ctx.input_type(1)
-    axis = ctx.infer_context().axis(int(ctx.attr("axis", 0)), x.rank)  # type: ignore[arg-type]
-    out = ctx.output_type()
-    dims = ctx.dims(out.rank)
-    q = indices.rank
-    position: Expr = ctx.load(ctx.node.inputs[1], dims[axis : axis + q])
-    if position.dtype != "int64":
-        position = Cast(position, "int64")
-    known = ctx.constant(1)
-    if known is None or np.any(np.asarray(known) < 0):
-        zero, size = ctx.const(0, "int64"), ctx.const(x.shape[axis], "int64")
-        position = select(binary("lt", position, zero), binary("add", position, size), position)
-    index: list[str | Expr] = [*dims[:axis], position, *dims[axis + q :]]
     return [_copy(ctx, index)]
 
 

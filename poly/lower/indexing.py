@@ -1,0 +1,371 @@
+"""Compute definitions of the indexing ops: Gather, GatherElements, GatherND (indirect
+loads), ScatterElements and ScatterND (reductions over the updates), OneHot, TopK,
+Trilu and EyeLike.
+
+A gather loads its indices and uses the value as an indirect index (an `Expr` entry of a
+`Load`), plus the axis size where it may be negative. Run-time indices are checked
+against their axes before the kernel runs (`polytile.compiler`), compile-time ones by
+the frontend, so an indirect load never leaves its tensor.
+
+A scatter never writes through an index read from a tensor: every statement writes its
+own output position, and the updates meeting a position are found by comparing the
+indices with that position, as a reduction over the updates. With a reduction (add,
+mul, max, min) the output starts at `data` and combines `select(hit, update, identity)`
+(the combiner is associative and commutative, so every order the search may choose
+gives the same result up to float rounding). Without one, the last update hitting a
+position wins (onnxruntime's order; ONNX leaves duplicates undefined): a max reduction
+finds the last hitting update's number (-1 for none), and a second statement selects
+that update or `data`. Indices out of range hit nothing, so a scatter reads no memory
+outside its tensors even unchecked. The cost is the output's positions times the
+updates, not the updates alone: right for the small scatters of models (attention
+masks, cache rows), slow for large ones.
+
+TopK counts, for each element, the elements that come before it (larger, or equal at a
+lower position: onnxruntime's order) -- a reduction over the axis -- then the k first
+positions are found by rank, and the values loaded from them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import islpy as isl
+import numpy as np
+
+from polytile.frontend.ops.indexing import (
+    onehot_axis,
+    onehot_depth,
+    scatter_reduction,
+    topk_facts,
+    trilu_k,
+)
+
+from .. import isl_helpers as ih
+from ..expr import Expr, Iter, binary, select
+from ..kernel import Statement
+from ..reference import identity
+from .base import LowerContext, as_dtype, lowering, reduction
+
+COMBINER = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
+def _axis(ctx: LowerContext, rank: int, default: int = 0) -> int:
+    return ctx.infer_context().axis(int(ctx.attr("axis", default)), rank)  # type: ignore[arg-type]
+
+
+def _wrapped(ctx: LowerContext, position: Expr, size: int, input_index: int) -> Expr:
+    """An index value as int64, plus `size` where it is negative (only when it may be)."""
+    position = as_dtype(position, "int64")
+    known = ctx.constant(input_index)
+    if known is not None and not np.any(np.asarray(known) < 0):
+        return position
+    zero, n = ctx.const(0, "int64"), ctx.const(size, "int64")
+    return select(binary("lt", position, zero), binary("add", position, n), position)
+
+
+def _assign(
+    ctx: LowerContext, dims: Sequence[str], shape: Sequence[int], expr: Expr, where: str = ""
+) -> Statement:
+    """output[dims] = expr over the output's box (restricted by `where`)."""
+    name = ctx.statement_name()
+    domain = ctx.domain(name, dims, shape, where)
+    return Statement(name, tuple(dims), domain, ctx.output(), tuple(dims), expr)
+
+
+def _pieces(
+    ctx: LowerContext, dims: Sequence[str], shape: Sequence[int], parts: Sequence[tuple[str, Expr]]
+) -> list[Statement]:
+    """One statement per (constraint, value) piece of the output, empty pieces left out
+    (but one kept for an empty output, so that the kernel has a statement)."""
+    found = [_assign(ctx, dims, shape, expr, where) for where, expr in parts]
+    kept = [s for s in found if not isl.Set(s.domain, context=ih.CTX).is_empty()]
+    return kept or found[:1]
+
+
+# --- gathers ------------------------------------------------------------------------------
+
+
+@lowering("Gather")
+def _gather(ctx: LowerContext) -> list[Statement]:
+    """Y[a..., j..., b...] = X[a..., idx, b...] with idx = indices[j...]."""
+    x, indices = ctx.input_type(0), ctx.input_type(1)
+    axis = _axis(ctx, x.rank)
+    out = ctx.output_type()
+    dims = ctx.dims(out.rank)
+    q = indices.rank
+    position = ctx.load(ctx.node.inputs[1], dims[axis : axis + q])
+    index: list[str | Expr] = [
+        *dims[:axis],
+        _wrapped(ctx, position, x.shape[axis], 1),
+        *dims[axis + q :],
+    ]
+    return [_assign(ctx, dims, out.shape, ctx.load(ctx.node.inputs[0], index))]
+
+
+@lowering("GatherElements")
+def _gather_elements(ctx: LowerContext) -> list[Statement]:
+    """Y[p] = X[p with p[axis] = indices[p]]."""
+    x = ctx.input_type(0)
+    axis = _axis(ctx, x.rank)
+    out = ctx.output_type()
+    dims = ctx.dims(out.rank)
+    position = _wrapped(ctx, ctx.load(ctx.node.inputs[1], dims), x.shape[axis], 1)
+    index: list[str | Expr] = list(dims)
+    index[axis] = position
+    return [_assign(ctx, dims, out.shape, ctx.load(ctx.node.inputs[0], index))]
+
+
+@lowering("GatherND")
+def _gather_nd(ctx: LowerContext) -> list[Statement]:
+    """Y[b..., i..., r...] = X[b..., indices[b..., i..., 0..m-1], r...]."""
+    x, indices = ctx.input_type(0), ctx.input_type(1)
+    b = int(ctx.attr("batch_dims", 0))  # type: ignore[arg-type]
+    m = indices.shape[-1]
+    out = ctx.output_type()
+    dims = ctx.dims(out.rank)
+    lead = dims[: indices.rank - 1]  # the batch and index dims
+    rest = dims[indices.rank - 1 :]
+    tuple_index: list[str | Expr] = [
+        _wrapped(ctx, ctx.load(ctx.node.inputs[1], [*lead, str(k)]), x.shape[b + k], 1)
+        for k in range(m)
+    ]
+    index = [*lead[:b], *tuple_index, *rest]
+    return [_assign(ctx, dims, out.shape, ctx.load(ctx.node.inputs[0], index))]
+
+
+# --- scatters -----------------------------------------------------------------------------
+
+
+def ctx_const(value: int) -> Expr:
+    return LowerContext.const(value, "int64")
+
+
+def _linear(dims: Sequence[str], shape: Sequence[int]) -> Expr:
+    """The row-major number of the point `dims` in a box of `shape`, as an int64 Expr."""
+    total: Expr | None = None
+    stride = 1
+    for dim, size in reversed(list(zip(dims, shape, strict=True))):
+        term: Expr = Iter(dim, "int64")
+        if stride != 1:
+            term = binary("mul", term, ctx_const(stride))
+        total = term if total is None else binary("add", term, total)
+        stride *= size
+    return total if total is not None else ctx_const(0)
+
+
+def _unlinear(number: Expr, shape: Sequence[int]) -> list[Expr]:
+    """The point of a box of `shape` whose row-major number is `number` (>= 0)."""
+    found = []
+    stride = math.prod(shape)
+    for size in shape:
+        stride //= size
+        entry = binary("div", number, ctx_const(stride)) if stride != 1 else number
+        found.append(binary("mod", entry, ctx_const(size)) if size != 1 else ctx_const(0))
+    return found
+
+
+def _all(terms: Sequence[Expr]) -> Expr:
+    result = terms[0]
+    for term in terms[1:]:
+        result = binary("and", result, term)
+    return result
+
+
+Box = tuple[Sequence[str], Sequence[int]]
+
+
+def _combine(
+    ctx: LowerContext, out: Box, j: Box, hit: Expr, update: Expr, how: str, where: Sequence[str]
+) -> list[Statement]:
+    """Y[out] = data[out] combined (`how`) with `update` of every update j that hits."""
+    dtype = ctx.input_type(0).dtype
+    combiner = COMBINER[how]
+    skip = ctx.const(identity(combiner, dtype), dtype)  # type: ignore[arg-type]
+    return reduction(
+        ctx,
+        f"{ctx.node.name}_{how}",
+        out,
+        j,
+        ctx.output(),
+        out[0],
+        select(hit, update, skip),
+        combiner,
+        where=where,
+        start=ctx.load(ctx.node.inputs[0], out[0]),
+    )
+
+
+def _last(ctx: LowerContext, q: Box, j: Box, hit: Expr, where: Sequence[str]) -> list[Statement]:
+    """last[q] = the row-major number of the last update j hitting q, -1 for none."""
+    last = ctx.temp("last", q[1], "int64")
+    number = select(hit, _linear(*j), ctx_const(-1))
+    return reduction(
+        ctx, f"{ctx.node.name}_last", q, j, last, q[0], number, "max", where, ctx_const(-1)
+    )
+
+
+def _chosen(ctx: LowerContext, last: str, q: Sequence[str], update: Sequence[str | Expr]) -> Expr:
+    """updates[update] where last[q] names an update, else data (the update's index is
+    built from max(last, 0), so the load stays inside `updates` either way)."""
+    found = ctx.load_temp(last, q)
+    dims = ctx.dims(ctx.input_type(0).rank)
+    return select(
+        binary("ge", found, ctx_const(0)),
+        ctx.load(ctx.node.inputs[2], update),
+        ctx.load(ctx.node.inputs[0], dims),
+    )
+
+
+@lowering("ScatterElements")
+def _scatter_elements(ctx: LowerContext) -> list[Statement]:
+    """Y = data; Y[p with p[axis] = indices[u]] op= updates[u] for every u, where u and p
+    agree off the axis."""
+    data, indices = ctx.input_type(0), ctx.input_type(1)
+    axis = _axis(ctx, data.rank)
+    dims = ctx.dims(data.rank)
+    source = tuple("j" if a == axis else d for a, d in enumerate(dims))
+    position = _wrapped(ctx, ctx.load(ctx.node.inputs[1], source), data.shape[axis], 1)
+    hit = binary("eq", position, Iter(dims[axis], "int64"))
+    # only positions inside the updates' box off the axis can be hit
+    inside = [
+        f"{d} < {indices.shape[a]}"
+        for a, d in enumerate(dims)
+        if a != axis and indices.shape[a] < data.shape[a]
+    ]
+    how = scatter_reduction(ctx.infer_context())
+    out: Box = (dims, data.shape)
+    j: Box = (("j",), (indices.shape[axis],))
+    if how != "none":
+        return _combine(ctx, out, j, hit, ctx.load(ctx.node.inputs[2], source), how, inside)
+    statements = _last(ctx, out, j, hit, inside)
+    last = statements[-1].tensor
+    update: list[str | Expr] = list(dims)
+    update[axis] = binary("max", ctx.load_temp(last, dims), ctx_const(0))
+    parts: list[tuple[str, Expr]] = [(" and ".join(inside), _chosen(ctx, last, dims, update))]
+    original = ctx.load(ctx.node.inputs[0], dims)
+    for n, bound in enumerate(inside):  # the positions no update reaches keep data
+        parts.append((" and ".join([*inside[:n], bound.replace("<", ">=")]), original))
+    return statements + _pieces(ctx, dims, data.shape, parts)
+
+
+@lowering("ScatterND")
+def _scatter_nd(ctx: LowerContext) -> list[Statement]:
+    """Y = data; Y[indices[u], r...] op= updates[u, r...] for every index tuple u."""
+    data, indices = ctx.input_type(0), ctx.input_type(1)
+    m = indices.shape[-1]
+    dims = ctx.dims(data.rank)
+    q_dims, rest_dims = dims[:m], dims[m:]
+    u_shape = indices.shape[:-1]
+    u_dims = ctx.dims(len(u_shape), "j")
+    hit = _all(
+        [
+            binary(
+                "eq",
+                _wrapped(ctx, ctx.load(ctx.node.inputs[1], [*u_dims, str(c)]), data.shape[c], 1),
+                Iter(q_dims[c], "int64"),
+            )
+            for c in range(m)
+        ]
+    )
+    how = scatter_reduction(ctx.infer_context())
+    j: Box = (u_dims, u_shape)
+    if how != "none":
+        update = ctx.load(ctx.node.inputs[2], [*u_dims, *rest_dims])
+        return _combine(ctx, (dims, data.shape), j, hit, update, how, ())
+    statements = _last(ctx, (q_dims, data.shape[:m]), j, hit, ())
+    last = statements[-1].tensor
+    number = binary("max", ctx.load_temp(last, q_dims), ctx_const(0))
+    value = _chosen(ctx, last, q_dims, [*_unlinear(number, u_shape), *rest_dims])
+    return [*statements, _assign(ctx, dims, data.shape, value)]
+
+
+# --- OneHot, TopK, Trilu, EyeLike -----------------------------------------------------------
+
+
+@lowering("OneHot")
+def _onehot(ctx: LowerContext) -> list[Statement]:
+    """Y[a..., d, b...] = values[1] if wrap(indices[a..., b...]) == d else values[0]; an
+    index outside [-depth, depth-1] matches no d (an all-off row, as ONNX says)."""
+    info = ctx.infer_context()
+    depth, axis = onehot_depth(info), onehot_axis(info)
+    out = ctx.output_type()
+    dims = ctx.dims(out.rank)
+    values = ctx.input_type(2)
+    raw = ctx.load(ctx.node.inputs[0], [d for a, d in enumerate(dims) if a != axis])
+    position = as_dtype(raw, "int64")
+    zero, n = ctx.const(0, "int64"), ctx.const(depth, "int64")
+    position = select(binary("lt", position, zero), binary("add", position, n), position)
+    flat = ["0"] * (values.rank - 1)
+    on = ctx.load(ctx.node.inputs[2], [*flat, "1"])
+    off = ctx.load(ctx.node.inputs[2], [*flat, "0"])
+    value = select(binary("eq", position, Iter(dims[axis], "int64")), on, off)
+    return [_assign(ctx, dims, out.shape, value)]
+
+
+@lowering("TopK")
+def _topk(ctx: LowerContext) -> list[Statement]:
+    """rank[p] = #{j : x[j] before x[p]}; I[.., r, ..] = the p of rank r; V = x[I]."""
+    x = ctx.input_type(0)
+    axis, k, largest = topk_facts(ctx.infer_context())
+    dims = ctx.dims(x.rank)
+    other = tuple("j" if a == axis else d for a, d in enumerate(dims))
+    mine, theirs = ctx.load(ctx.node.inputs[0], dims), ctx.load(ctx.node.inputs[0], other)
+    first = binary("gt" if largest else "lt", theirs, mine)
+    tie = binary("and", binary("eq", theirs, mine), binary("lt", Iter("j"), Iter(dims[axis])))
+    before = select(binary("or", first, tie), ctx_const(1), ctx_const(0))
+    rank = ctx.temp("rank", x.shape, "int64")
+    n = x.shape[axis]
+    statements = reduction(
+        ctx, f"{ctx.node.name}_rank", (dims, x.shape), (("j",), (n,)), rank, dims, before, "sum"
+    )
+    out_shape = list(x.shape)
+    out_shape[axis] = k
+    hit = binary("eq", ctx.load_temp(rank, other), Iter(dims[axis]))
+    statements += reduction(
+        ctx,
+        f"{ctx.node.name}_position",
+        (dims, out_shape),
+        (("j",), (n,)),
+        ctx.output(1),
+        dims,
+        select(hit, Iter("j"), ctx_const(0)),
+        "sum",
+    )
+    if k == 0 or math.prod(out_shape) == 0:
+        return statements
+    found: list[str | Expr] = list(dims)
+    found[axis] = ctx.load(ctx.node.outputs[1], dims)
+    name = ctx.statement_name()
+    domain = ctx.domain(name, dims, out_shape)
+    value = ctx.load(ctx.node.inputs[0], found)
+    statements.append(Statement(name, dims, domain, ctx.output(0), dims, value))
+    return statements
+
+
+@lowering("Trilu")
+def _trilu(ctx: LowerContext) -> list[Statement]:
+    """The kept triangle copied, the other zeroed: two pieces of the output."""
+    x = ctx.input_type(0)
+    k = trilu_k(ctx.infer_context())
+    dims = ctx.dims(x.rank)
+    i, j = dims[-2:]
+    upper = bool(int(ctx.attr("upper", 1)))  # type: ignore[arg-type]
+    keep = f"{j} - {i} >= {k}" if upper else f"{j} - {i} <= {k}"
+    drop = f"{j} - {i} < {k}" if upper else f"{j} - {i} > {k}"
+    zero = ctx.const(0, x.dtype)
+    copy = ctx.load(ctx.node.inputs[0], dims)
+    return _pieces(ctx, dims, x.shape, [(keep, copy), (drop, zero)])
+
+
+@lowering("EyeLike")
+def _eyelike(ctx: LowerContext) -> list[Statement]:
+    """Ones on the k-th diagonal, zeros elsewhere: three pieces of the output."""
+    out = ctx.output_type()
+    k = int(ctx.attr("k", 0))  # type: ignore[arg-type]
+    dims = ctx.dims(2)
+    i, j = dims
+    one, zero = ctx.const(1, out.dtype), ctx.const(0, out.dtype)
+    parts = [(f"{j} = {i} + {k}", one), (f"{j} < {i} + {k}", zero), (f"{j} > {i} + {k}", zero)]
+    return _pieces(ctx, dims, out.shape, parts)
+
