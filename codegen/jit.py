@@ -152,6 +152,10 @@ class JitModule:
             raise CodegenError(f"the compiled module has no function '{name}'")
         return address
 
+    def global_address(self, name: str) -> int:
+        """The address of a global variable of the code (0 when it has none)."""
+        return int(self.engine.get_global_value_address(name))
+
     def set_threads(self, count: int) -> None:
         address = self.engine.get_global_value_address(NUM_THREADS)
         if address:

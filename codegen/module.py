@@ -1,10 +1,17 @@
 """A whole model as one LLVM module: its kernel functions plus an entry function
 
-    void <entry>(ptr inputs, ptr outputs, ptr constants, ptr arena)
+    i32 <entry>(ptr inputs, ptr outputs, ptr constants, ptr arena)
 
 that calls the kernels in order, each tensor argument resolved to a slot: an input or
 output pointer from the caller's tables, a constant from the constants table, or an
-offset into the workspace arena (see `plan`)."""
+offset into the workspace arena (see `plan`).
+
+Before a kernel that reads indices from a run-time tensor (Gather, Scatter, ...), the
+entry scans that tensor once (`IndexCheck`): a value outside [-n, n-1] of the axis it
+indexes stops the run before any kernel reads through it. The entry then stores the
+position and the value in the globals `FAULT` and returns the check's number plus one;
+it returns 0 when every check passed. The scan is one pass over the index tensor,
+outside the kernels' loops."""
 
 from __future__ import annotations
 
@@ -18,10 +25,13 @@ from polytile.poly.ast_check import verify_ast
 from polytile.poly.schedule import Schedule
 
 from .kernel import KernelFunction, emit_kernel
-from .llvm_types import I64, PTR, ModuleContext
+from .llvm_types import I1, I32, I64, PTR, ModuleContext, memory_type
 from .target import Target, openmp_library
 
 SLOT_KINDS = ("input", "output", "constant", "arena")
+
+#: the globals where the entry leaves a failed check's position and value (i64 each)
+FAULT = ("polytile_fault_position", "polytile_fault_value")
 
 #: constants smaller than this are not prefetched for the next call (they are few lines)
 PREFETCH_MIN_BYTES = 1 << 16
@@ -61,6 +71,59 @@ class KernelCall:
         )
 
 
+@dataclass(frozen=True)
+class IndexCheck:
+    """Before call `step`, the index tensor at `slot` (`dtype`, `shape`) must hold values
+    in [-n, n-1], n cycling over `sizes` along its last axis (one size: every value).
+    `node`, `input`, `data` and `axis` name the indexing node, its index input and the
+    (first) axis its values index, for the error message."""
+
+    step: int
+    slot: Slot
+    dtype: str
+    shape: tuple[int, ...]
+    sizes: tuple[int, ...]
+    node: str
+    input: str
+    data: str
+    axis: int
+
+    @property
+    def count(self) -> int:
+        total = 1
+        for d in self.shape:
+            total *= d
+        return total
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "slot": self.slot.to_json(),
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "sizes": list(self.sizes),
+            "node": self.node,
+            "input": self.input,
+            "data": self.data,
+            "axis": self.axis,
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> IndexCheck:
+        kind, index = data["slot"]
+        return IndexCheck(
+            int(data["step"]),
+            Slot(str(kind), int(index)),
+            str(data["dtype"]),
+            tuple(int(d) for d in data["shape"]),
+            tuple(int(n) for n in data["sizes"]),
+            str(data["node"]),
+            str(data["input"]),
+            str(data["data"]),
+            int(data["axis"]),
+        )
+
+
 def new_module(name: str, target: Target, defines_runtime: bool = True) -> ModuleContext:
     """A module; only the entry module defines the runtime's globals."""
     return ModuleContext(ir.Module(name), target, openmp_library() is not None, defines_runtime)
@@ -97,18 +160,36 @@ def add_entry(
     calls: Sequence[KernelCall],
     arity: Mapping[str, int],
     constant_bytes: Sequence[int] = (),
+    checks: Sequence[IndexCheck] = (),
 ) -> None:
     """The entry function; `arity` gives each kernel function's argument count (kernels
     live in other modules and are declared here). With `constant_bytes` (each constant's
     size), on a target that prefetches weights, each call's parallel iterations prefetch
-    the next call's largest constant."""
-    fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * 4), name=name)
+    the next call's largest constant. `checks` run before the calls they name; the
+    entry returns 0, or the number of the failed check plus one."""
+    fn = ir.Function(mc.module, ir.FunctionType(I32, [PTR] * 4), name=name)
     tables = dict(zip(("input", "output", "constant"), fn.args[:3], strict=True))
     arena = fn.args[3]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     window_at, window_lines = mc.prefetch_window()  # defined here either way
     targets = prefetch_targets(calls, constant_bytes) if mc.target.prefetch_weights else None
+
+    def pointer(slot: Slot) -> ir.Value:
+        if slot.kind == "arena":
+            return b.gep(
+                arena, [ir.Constant(I64, slot.index)], inbounds=True, source_etype=ir.IntType(8)
+            )
+        at = b.gep(
+            tables[slot.kind], [ir.Constant(I64, slot.index)], inbounds=True, source_etype=PTR
+        )
+        return b.load(at, typ=PTR)
+
+    fault = _fault_globals(mc) if checks else None
     for step, call in enumerate(calls):
+        for number, check in enumerate(checks):
+            if check.step == step:
+                assert fault is not None
+                _emit_check(mc, b, fn, number, check, pointer(check.slot), fault)
         ahead = targets[step] if targets is not None else None
         if targets is not None and ahead is None:
             # an empty window at the last one's start (a valid line)
@@ -120,30 +201,96 @@ def add_entry(
             b.store(b.load(at, typ=PTR), window_at)
             b.store(ir.Constant(I64, constant_bytes[ahead] // 64), window_lines)
         callee = mc.function(call.function, ir.VoidType(), [PTR] * arity[call.function])
-        args = []
-        for slot in call.args:
-            if slot.kind == "arena":
-                args.append(
-                    b.gep(
-                        arena,
-                        [ir.Constant(I64, slot.index)],
-                        inbounds=True,
-                        source_etype=ir.IntType(8),
-                    )
-                )
-            else:
-                at = b.gep(
-                    tables[slot.kind],
-                    [ir.Constant(I64, slot.index)],
-                    inbounds=True,
-                    source_etype=PTR,
-                )
-                args.append(b.load(at, typ=PTR))
-        b.call(callee, args)
+        b.call(callee, [pointer(slot) for slot in call.args])
     if targets is not None:
         b.store(ir.Constant(I64, 0), window_lines)
-    b.ret_void()
+    b.ret(ir.Constant(I32, 0))
     mc.num_threads()  # always present, so the runtime can set it
+
+
+def _fault_globals(mc: ModuleContext) -> tuple[ir.GlobalVariable, ...]:
+    found = []
+    for name in FAULT:
+        fault = ir.GlobalVariable(mc.module, I64, name=name)
+        fault.initializer = ir.Constant(I64, 0)
+        found.append(fault)
+    return tuple(found)
+
+
+def _emit_check(
+    mc: ModuleContext,
+    b: ir.IRBuilder,
+    fn: ir.Function,
+    number: int,
+    check: IndexCheck,
+    data: ir.Value,
+    fault: tuple[ir.GlobalVariable, ...],
+) -> None:
+    """if ((pos = scan(data)) >= 0) { FAULT = {pos, data[pos]}; return number + 1; }"""
+    sizes = ir.GlobalVariable(
+        mc.module, ir.ArrayType(I64, len(check.sizes)), name=f"polytile_bounds{number}"
+    )
+    sizes.initializer = ir.Constant(sizes.value_type, [ir.Constant(I64, n) for n in check.sizes])
+    sizes.global_constant = True
+    sizes.linkage = "private"
+    scan = _scan_function(mc, check.dtype)
+    count = ir.Constant(I64, check.count)
+    period = ir.Constant(I64, len(check.sizes))
+    position = b.call(scan, [data, count, period, sizes])
+    failed = b.icmp_signed(">=", position, ir.Constant(I64, 0))
+    with b.if_then(failed, likely=False):
+        element = memory_type(check.dtype)
+        at = b.gep(data, [position], inbounds=True, source_etype=element)
+        value = b.sext(b.load(at, typ=element), I64) if element.width < 64 else b.load(at, typ=I64)
+        for where, item in zip(fault, (position, value), strict=True):
+            b.store(item, where)
+        b.ret(ir.Constant(I32, number + 1))
+
+
+def _scan_function(mc: ModuleContext, dtype: str) -> ir.Function:
+    """i64 scan(ptr data, i64 count, i64 period, ptr sizes): the first position whose
+    value v has not -n <= v < n (n = sizes[position mod period]), or -1. Defined once
+    per index dtype in the entry module."""
+    name = f"polytile_index_scan_{dtype}"
+    found = mc.module.globals.get(name)
+    if found is not None:
+        return found
+    fn = ir.Function(mc.module, ir.FunctionType(I64, [PTR, I64, I64, PTR]), name=name)
+    fn.linkage = "private"
+    data, count, period, sizes = fn.args
+    element = memory_type(dtype)
+    entry = fn.append_basic_block("entry")
+    head = fn.append_basic_block("head")
+    body = fn.append_basic_block("body")
+    bad = fn.append_basic_block("bad")
+    done = fn.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, "i")
+    c = b.phi(I64, "c")
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    c.add_incoming(ir.Constant(I64, 0), entry)
+    b.cbranch(b.icmp_signed("<", i, count), body, done)
+    b.position_at_end(body)
+    raw = b.load(b.gep(data, [i], inbounds=True, source_etype=element), typ=element)
+    value = b.sext(raw, I64) if element.width < 64 else raw
+    n = b.load(b.gep(sizes, [c], inbounds=True, source_etype=I64), typ=I64)
+    low = b.icmp_signed("<", value, b.neg(n))
+    high = b.icmp_signed(">=", value, n)
+    outside: ir.Value = b.or_(low, high)
+    assert outside.type == I1
+    following = b.add(i, ir.Constant(I64, 1))
+    step = b.add(c, ir.Constant(I64, 1))
+    wrapped = b.select(b.icmp_signed("==", step, period), ir.Constant(I64, 0), step)
+    i.add_incoming(following, body)
+    c.add_incoming(wrapped, body)
+    b.cbranch(outside, bad, head)
+    b.position_at_end(bad)
+    b.ret(i)
+    b.position_at_end(done)
+    b.ret(ir.Constant(I64, -1))
+    return fn
 
 
 def prefetch_targets(

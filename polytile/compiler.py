@@ -8,6 +8,10 @@ The pipeline, one reason per stage:
 - schedule each workload once (default heuristic: tiled, vectorized, parallel, weights
   packed) and transplant the loops onto identical groups (their own weights packed);
 - plan memory: intermediate tensors share one arena by liveness;
+- check indices: each index tensor read at run time (Gather, Scatter, ...) is scanned
+  once by the entry function before the kernel that reads it (`codegen.module`), so a
+  bad index stops the run with an error naming the node instead of reading outside a
+  tensor; compile-time index tensors are checked here;
 - emit one LLVM function per distinct schedule (identical groups share code, their
   constants are arguments) and the entry function; optimize and JIT it.
 """
@@ -27,13 +31,28 @@ from typing import Any
 import numpy as np
 
 from polytile.codegen.jit import JitModule, compile_parts, finalize
-from polytile.codegen.module import KernelCall, Slot, add_entry, kernel_module, new_module
+from polytile.codegen.module import (
+    IndexCheck,
+    KernelCall,
+    Slot,
+    add_entry,
+    kernel_module,
+    new_module,
+)
 from polytile.codegen.plan import Lifetime, plan_memory
 from polytile.codegen.target import Target, host
-from polytile.errors import IllegalSchedule, InputError
+from polytile.errors import CodegenError, IllegalSchedule, InputError
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
+from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
+from polytile.frontend.ops import InferContext
+from polytile.frontend.ops.indexing import (
+    IndexBound,
+    bounds_of,
+    first_out_of_range,
+    out_of_range_message,
+)
 from polytile.poly.ast import AstNode
 from polytile.poly.ast_check import verify_ast
 from polytile.poly.canonical import canonicalize, transplant
@@ -118,7 +137,42 @@ def compile(
         stats.schedule += time.perf_counter() - t1
         if progress is not None:
             progress(done + 1, len(parts.groups))
-    return build(graph, schedules, workloads, target, stats, asts=asts)
+    checks = index_bounds(graph, parts.groups)
+    return build(graph, schedules, workloads, target, stats, asts=asts, checks=checks)
+
+
+#: an index input to check at run time: (the step of the kernel reading it, the node's
+#: label, the index tensor, its bound)
+PendingCheck = tuple[int, str, str, IndexBound]
+
+
+def index_bounds(graph: Graph, groups: Sequence[Group]) -> list[PendingCheck]:
+    """The index inputs of the graph's indexing nodes that are known only at run time,
+    with the step of the group that reads them; compile-time ones (constants, some
+    folded only by the optimization passes) are checked now, a ShapeError naming the
+    node and the value."""
+    step_of = {name: g.index for g in groups for name in g.nodes}
+    found = []
+    for node in graph.nodes:
+        if node.name not in step_of:
+            continue
+        ctx = InferContext(
+            node,
+            [graph.types.get(i) if i else None for i in node.inputs],
+            [graph.constants.get(i) if i else None for i in node.inputs],
+            graph.opset,
+            graph.name,
+        )
+        for bound in bounds_of(ctx):
+            tensor = node.inputs[bound.input]
+            value = graph.constants.get(tensor)
+            if value is None:
+                found.append((step_of[node.name], node.label, tensor, bound))
+                continue
+            bad = first_out_of_range(value, bound.sizes)
+            if bad is not None:
+                raise ctx.error(out_of_range_message(tensor, value.shape, bound, *bad))
+    return found
 
 
 def default_config(target: Target) -> DefaultConfig:
@@ -189,12 +243,14 @@ def build(
     stats: CompileStats | None = None,
     workers: int | None = None,
     asts: Sequence[AstNode | None] | None = None,
+    checks: Sequence[PendingCheck] = (),
 ) -> CompiledModel:
     """The native module of a graph whose groups (in order) run the given schedules;
     `workloads` are the groups' workload keys (a trace that inlines rewrites its
     schedule's kernel, so the key cannot be taken from the schedule). Every schedule's
     AST is checked already; `asts` holds those at hand (None where not), which codegen
-    then need not build again."""
+    then need not build again. `checks` are the run-time index tensors to check before
+    the steps that read them (`index_bounds`)."""
     stats = stats or CompileStats()
     start = time.perf_counter()
     layout = _Layout(graph)
@@ -229,8 +285,9 @@ def build(
         KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args), c.workload)
         for c in calls
     ]
+    guards = tuple(layout.check(c, plan.offsets) for c in checks)
     entry = new_module(graph.name, target)
-    add_entry(entry, ENTRY, calls, arity, [c.nbytes for c in layout.constants])
+    add_entry(entry, ENTRY, calls, arity, [c.nbytes for c in layout.constants], guards)
     parts = compile_parts([finalize(entry.module, target), *texts], target, workers)
     jit = JitModule(parts, target)
     stats.llvm = time.perf_counter() - start
@@ -247,6 +304,7 @@ def build(
         copies=layout.copies(),
         target=target.key(),
         calls=tuple(calls),
+        checks=guards,
     )
     return CompiledModel(manifest, layout.constants, jit, parts, target, stats)
 
@@ -308,6 +366,26 @@ class _Layout:
         source_type = self.graph.types[source]
         self.held.setdefault(step, {})[tensor] = source
         return self._arena(source, source_type.nbytes, step)
+
+    def check(self, pending: PendingCheck, offsets: Mapping[str, int]) -> IndexCheck:
+        """The run-time check of an index tensor, at the slot where it lives."""
+        step, label, tensor, bound = pending
+        source = self.source(tensor)
+        if source in self.inputs:
+            slot = Slot("input", self.inputs[source])
+        elif source in self.outputs:
+            slot = Slot("output", self.outputs[source])
+        elif source in self.arena_index:
+            slot = Slot("arena", offsets[source])
+        else:  # fusion keeps index producers out of their consumer's group
+            raise CodegenError(
+                f"{label} in model '{self.graph.name}': index input '{tensor}' is computed "
+                f"inside its kernel and cannot be checked before it"
+            )
+        t = self.graph.types[source]
+        return IndexCheck(
+            step, slot, t.dtype, t.shape, bound.sizes, label, tensor, bound.data, bound.axis
+        )
 
     def in_place(self, schedules: Sequence[Schedule]) -> dict[str, str]:
         """Outputs that take over the bytes of an input read for the last time at their

@@ -36,6 +36,11 @@ class InputError(PolytileError):
     """An argument given by the caller (input shapes, feeds, options) is wrong."""
 
 
+class IndexOutOfRangeError(InputError):
+    """An index read from a run-time tensor (Gather's indices, a Scatter's, ...) lies
+    outside the axis it indexes; the model stopped before any kernel read through it."""
+
+
 class IllegalSchedule(PolytileError):
     """A schedule transformation would break a dependence; raised by the poly layer only."""
 

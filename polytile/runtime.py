@@ -4,6 +4,12 @@ A saved model (`.ptm`) is a directory holding `manifest.json` (inputs, outputs, 
 calls and memory plan, the target it was built for), `module.o` (machine code),
 `module.bc` (optimized LLVM bitcode, to rebuild machine code for another CPU without
 rescheduling) and `constants.npz` (packed weights).
+
+The native entry returns a status: 0, or the number (plus one) of the run-time index
+check that failed (`codegen.module.IndexCheck`), which `run` raises as an
+`IndexOutOfRangeError` naming the model, the node, the input, the value and its
+position. Models saved before the checks existed have no "checks" in their manifest and
+an entry that returns nothing; they load and run as before.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from polytile.codegen.jit import (
     linker,
     recompile_part,
 )
-from polytile.codegen.module import KernelCall
+from polytile.codegen.module import FAULT, IndexCheck, KernelCall
 from polytile.codegen.target import Target, host
-from polytile.errors import CodegenError, InputError, ModelError
+from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, ModelError
+from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
 from polytile.poly.reference import aligned_block, aligned_empty
 
 FORMAT_VERSION = 1
@@ -71,6 +78,8 @@ class Manifest:
     copies: tuple[OutputCopy, ...]
     target: Mapping[str, Any]
     calls: tuple[KernelCall, ...]
+    #: run-time index checks the entry makes (None: saved before checks, no status)
+    checks: tuple[IndexCheck, ...] | None = ()
 
     def to_json(self) -> dict[str, Any]:
         from polytile import __version__
@@ -89,6 +98,7 @@ class Manifest:
             "copies": [[c.index, c.kind, c.source] for c in self.copies],
             "target": dict(self.target),
             "calls": [c.to_json() for c in self.calls],
+            "checks": [c.to_json() for c in self.checks or ()],
         }
 
     @staticmethod
@@ -105,6 +115,11 @@ class Manifest:
             copies=tuple(OutputCopy(int(i), str(k), int(s)) for i, k, s in data["copies"]),
             target=dict(data["target"]),
             calls=tuple(KernelCall.from_json(c) for c in data["calls"]),
+            checks=(
+                tuple(IndexCheck.from_json(c) for c in data["checks"])
+                if "checks" in data
+                else None
+            ),
         )
 
 
@@ -178,7 +193,9 @@ def replace_directory(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
-_Entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_ARGS = (ctypes.c_void_p,) * 4
+_Entry = ctypes.CFUNCTYPE(ctypes.c_int32, *_ARGS)
+_LegacyEntry = ctypes.CFUNCTYPE(None, *_ARGS)
 
 
 class CompiledModel:
@@ -199,7 +216,8 @@ class CompiledModel:
         self.stats = stats
         self._jit = jit
         self._parts = list(parts)
-        self._entry = _Entry(jit.address(manifest.entry))
+        kind = _LegacyEntry if manifest.checks is None else _Entry
+        self._entry = kind(jit.address(manifest.entry))
         self._lock = threading.Lock()
         self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
@@ -270,13 +288,33 @@ class CompiledModel:
                 self._inputs[i] = a.ctypes.data
             for i, o in enumerate(outputs):
                 self._outputs[i] = o.ctypes.data
-            self._entry(
+            status = self._entry(
                 ctypes.addressof(self._inputs),
                 ctypes.addressof(self._outputs),
                 ctypes.addressof(self._constant_table),
                 self._arena.ctypes.data,
             )
+            if status:
+                raise self._fault(status)
         return self._with_copies(arrays, outputs)
+
+    def _fault(self, status: int) -> IndexOutOfRangeError:
+        """The error of failed check `status - 1`, from the position and value the
+        entry left in the globals `FAULT`."""
+        checks = self.manifest.checks or ()
+        if not 0 < status <= len(checks):
+            return IndexOutOfRangeError(
+                f"model '{self.manifest.name}': the compiled code reported an unknown "
+                f"failed check {status}"
+            )
+        check = checks[status - 1]
+        position, value = (
+            int(ctypes.c_int64.from_address(self._jit.global_address(name)).value)
+            for name in FAULT
+        )
+        bound = IndexBound(0, check.sizes, check.data, check.axis)
+        detail = out_of_range_message(check.input, check.shape, bound, position, value)
+        return IndexOutOfRangeError(f"model '{self.manifest.name}': {check.node}: {detail}")
 
     def _new_outputs(self) -> list[np.ndarray]:
         """Output arrays for one run, 64-byte aligned from `ALIGNED_OUTPUT_BYTES` on (a
@@ -299,11 +337,20 @@ class CompiledModel:
         return outputs
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random feeds; inputs read as indices hold valid ones (below the
+        smallest axis they index)."""
         rng = np.random.default_rng(seed)
         feeds = {}
-        for s in self.manifest.inputs:
+        limits: dict[int, int] = {}
+        for check in self.manifest.checks or ():
+            if check.slot.kind == "input":
+                low = min(check.sizes)
+                limits[check.slot.index] = min(limits.get(check.slot.index, low), low)
+        for number, s in enumerate(self.manifest.inputs):
             kind = np.dtype(s.dtype).kind
-            if kind == "f":
+            if number in limits:
+                feeds[s.name] = rng.integers(0, max(limits[number], 1), s.shape).astype(s.dtype)
+            elif kind == "f":
                 feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
             elif kind == "b":
                 feeds[s.name] = rng.integers(0, 2, s.shape).astype(bool)
@@ -340,7 +387,10 @@ class CompiledModel:
         add up to about one run, and show which kernels the time goes to."""
         if repeat < 1:
             raise InputError("profile: repeat must be at least 1")
-        arrays = self._check(feeds if feeds is not None else self.random_inputs())
+        feeds = feeds if feeds is not None else self.random_inputs()
+        if self.manifest.checks:  # the calls run unchecked below: one checked run first
+            self.run(feeds)
+        arrays = self._check(feeds)
         outputs = self._new_outputs()
         tables = {
             "input": [a.ctypes.data for a in arrays],
@@ -391,8 +441,11 @@ class CompiledModel:
         return out
 
     def export_library(self, path: str | os.PathLike[str]) -> Path:
-        """A C-callable shared library exporting `polytile_run(inputs, outputs, constants,
-        arena)` and `polytile_num_threads`; its constants are saved next to it as
+        """A C-callable shared library exporting `int32_t polytile_run(inputs, outputs,
+        constants, arena)` (0, or the number plus one of the failed index check of the
+        manifest's "checks", whose position and value it leaves in the `int64_t`
+        globals `polytile_fault_position` and `polytile_fault_value`) and
+        `polytile_num_threads`; its constants are saved next to it as
         `<path>.npz` and the manifest (arena size, inputs, outputs) as `<path>.json`.
         Any alignment of the buffers works; 64-byte aligned ones run fastest (as
         `run` passes them). Needs a system linker."""
