@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
+from .control import CONTROL_FLOW, bind_outputs, inline, loop_iterations, scan_nodes, subgraph
 from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .onnx_io import attribute_value, constant_arrays, onnx_to_dtype
@@ -147,15 +148,59 @@ def _changed_since(model: onnx.ModelProto, opset: int) -> list[str]:
     return sorted(changed)
 
 
+#: ops of int8-quantized models (onnxruntime.quantization's QDQ, QOperator and dynamic
+#: formats), refused together with one explanation
+QUANTIZATION_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearSoftmax",
+        "QGemm",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    }
+)
+_QUANTIZED = "int8 quantization op; quantized models are not supported yet"
+
+
+def unsupported_reason(node: onnx.NodeProto) -> str | None:
+    """Why polytile cannot import this op at all, or None when it can."""
+    if node.op_type in QUANTIZATION_OPS:
+        return _QUANTIZED
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain '{node.domain}' is not supported"
+    if node.op_type not in OPS and node.op_type not in CONTROL_FLOW:
+        return "op is not supported"
+    return None
+
+
 def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
-    """(node name, op type, reason) for every node polytile cannot compile."""
+    """(node name, op type, reason) for every node polytile cannot import, subgraphs of
+    control flow included; unsupported variants of supported ops show at import."""
     bad = []
-    for index, node in enumerate(model.graph.node):
-        name = node.name or f"#{index}"
-        if node.domain not in ("", "ai.onnx"):
-            bad.append((name, node.op_type, f"domain '{node.domain}' is not supported"))
-        elif node.op_type not in OPS:
-            bad.append((name, node.op_type, "op is not supported"))
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for index, node in enumerate(graph.node):
+            reason = unsupported_reason(node)
+            if reason is not None:
+                bad.append((node.name or f"#{index}", node.op_type, reason))
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    visit(sub)
+
+    visit(model.graph)
     return bad
 
 
@@ -167,9 +212,16 @@ def raise_unsupported(model_name: str, bad: Sequence[tuple[str, str, str]]) -> N
         f"  {op}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
         for op, names in by_op.items()
     ]
+    quantized = sorted({op for _, op, reason in bad if reason == _QUANTIZED})
+    header = (
+        f"model '{model_name}' is int8-quantized ({', '.join(quantized)}), which polytile "
+        "does not compile yet; compile the float model instead.\n"
+        if quantized
+        else ""
+    )
     raise UnsupportedOpError(
-        f"model '{model_name}' uses {len(by_op)} unsupported op(s) in {len(bad)} node(s):\n"
-        + "\n".join(lines),
+        f"{header}model '{model_name}' uses {len(by_op)} unsupported op(s) or variant(s) in "
+        f"{len(bad)} node(s):\n" + "\n".join(lines),
         tuple(bad),
     )
 
@@ -188,9 +240,6 @@ def import_model(
     model, display = load_model(source)
     name = name or display
     opset = check_model(model, name)
-    bad = find_unsupported(model)
-    if bad:
-        raise_unsupported(name, bad)
     return _Importer(model, name, opset, dict(input_shapes or {}), dict(bind or {})).run()
 
 
@@ -255,6 +304,10 @@ class _Importer:
         self.values: dict[str, np.ndarray] = {}
         self.taken: set[str] = set()
         self.nodes: list[Node] = []
+        #: (node, op, reason) of every unsupported op or variant: all are reported at once
+        self.refused: list[tuple[str, str, str]] = []
+        #: outputs of refused nodes: nodes reading them are skipped, not reported
+        self.poisoned: set[str] = set()
 
     def fresh(self, base: str) -> str:
         return unique_name(base, self.taken)
@@ -274,19 +327,9 @@ class _Importer:
             self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
             self.values[cname] = value
         inputs = self._graph_inputs()
-        node_names: set[str] = set()
-        for index, proto in enumerate(g.node):
-            base = proto.name or f"{proto.op_type}_{index}"
-            node_name = unique_name(base, node_names)
-            self.taken.add(node_name)
-            where = f"node '{node_name}' ({proto.op_type}) in model '{self.name}'"
-            attrs = {a.name: attribute_value(a, where) for a in proto.attribute}
-            outputs = list(proto.output)
-            while outputs and not outputs[-1]:  # trailing omitted outputs are not requested
-                outputs.pop()
-            node = Node(node_name, proto.op_type, tuple(proto.input), tuple(outputs), attrs)
-            for new in self._canonicalize(node, node_names):
-                self._infer(new)
+        self._import_nodes(g.node, set())
+        if self.refused:
+            raise_unsupported(self.name, self.refused)
         outputs = tuple(o.name for o in g.output)
         self._check_declared_outputs()
         return Graph(
@@ -298,6 +341,92 @@ class _Importer:
             constants=self.constants,
             opset=self.opset,
         )
+
+    def _import_nodes(self, protos: Sequence[onnx.NodeProto], node_names: set[str]) -> None:
+        """Canonicalize and type each node in order; a refused node is recorded and the
+        walk goes on, so one error lists every unsupported op and variant."""
+        for index, proto in enumerate(protos):
+            base = proto.name or f"{proto.op_type}_{index}"
+            node_name = unique_name(base, node_names)
+            self.taken.add(node_name)
+            outputs = list(proto.output)
+            while outputs and not outputs[-1]:  # trailing omitted outputs are not requested
+                outputs.pop()
+            if any(i in self.poisoned for i in proto.input):
+                self.poisoned.update(outputs)
+                continue
+            reason = unsupported_reason(proto)
+            try:
+                if reason is not None:
+                    raise UnsupportedOpError(reason, ((node_name, proto.op_type, reason),))
+                if proto.op_type in CONTROL_FLOW:
+                    self._expand(proto, node_name, outputs, node_names)
+                    continue
+                where = f"node '{node_name}' ({proto.op_type}) in model '{self.name}'"
+                attrs = {a.name: attribute_value(a, where) for a in proto.attribute}
+                node = Node(node_name, proto.op_type, tuple(proto.input), tuple(outputs), attrs)
+                for new in self._canonicalize(node, node_names):
+                    self._infer(new)
+            except UnsupportedOpError as exc:
+                self.refused.extend(exc.unsupported or ((node_name, proto.op_type, str(exc)),))
+                self.poisoned.update(outputs)
+
+    def _add_constants(self, constants: Mapping[str, np.ndarray]) -> None:
+        for cname, value in constants.items():
+            value = readonly(value)
+            self.constants[cname] = value
+            self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
+            self.values[cname] = value
+
+    def _known(self, tensor: str, proto: onnx.NodeProto, node_name: str, what: str) -> np.ndarray:
+        if tensor and tensor in self.values:
+            return self.values[tensor]
+        reason = f"its {what} is only known at run time"
+        raise UnsupportedOpError(reason, ((node_name, proto.op_type, reason),))
+
+    def _expand(
+        self, proto: onnx.NodeProto, node_name: str, outputs: list[str], node_names: set[str]
+    ) -> None:
+        """An If with a known condition becomes its taken branch; a Loop with a known trip
+        count and no data-dependent exit becomes one copy of its body per iteration."""
+        if proto.op_type == "If":
+            cond = self._known(proto.input[0], proto, node_name, "condition")
+            branch = subgraph(proto, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+            assert branch is not None  # the checker guarantees both branches
+            inlined = inline(branch, {}, self.fresh)
+            self._add_constants(inlined.constants)
+            tail = bind_outputs(inlined.outputs, outputs, node_name)
+            self._import_nodes([*inlined.nodes, *tail], node_names)
+            return
+        trips_input = proto.input[0] if proto.input else ""
+        if not trips_input:
+            reason = "a Loop without a trip count runs until a data-dependent exit"
+            raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+        trips = int(self._known(trips_input, proto, node_name, "trip count").reshape(-1)[0])
+        start = proto.input[1] if len(proto.input) > 1 else ""
+        if start and not self._known(start, proto, node_name, "condition").reshape(-1)[0]:
+            trips = 0
+        carried = list(proto.input[2:])
+        scans: list[list[str]] = []
+        final = carried
+        for iteration in loop_iterations(proto, trips, carried, self.fresh):
+            self._add_constants(iteration.inlined.constants)
+            self._import_nodes(iteration.inlined.nodes, node_names)
+            if any(o in self.poisoned for o in iteration.inlined.outputs):
+                reason = "its body has unsupported nodes"
+                raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+            final = list(iteration.inlined.outputs[1 : 1 + len(carried)])
+            scans.append(list(iteration.inlined.outputs[1 + len(carried) :]))
+            go_on = self._known(iteration.condition, proto, node_name, "exit condition")
+            if not bool(go_on.reshape(-1)[0]):
+                break
+        scan_targets = outputs[len(carried) :]
+        if any(scan_targets) and not scans:
+            reason = "a Loop that runs no iteration has scan outputs of unknown shape"
+            raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+        tail = bind_outputs(tuple(final), outputs[: len(carried)], node_name)
+        tail += scan_nodes(scans, scan_targets, node_name, self.fresh)
+        self._import_nodes(tail, node_names)
 
     def _graph_inputs(self) -> tuple[str, ...]:
         """Non-constant inputs with static shapes (IR-3 weights listed as inputs are constants)."""
@@ -384,11 +513,7 @@ class _Importer:
             raise
         except (ValueError, TypeError, IndexError, KeyError) as exc:
             raise ctx.error(f"canonicalization failed: {exc}") from exc
-        for cname, value in rewrite.constants.items():
-            value = readonly(value)
-            self.constants[cname] = value
-            self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
-            self.values[cname] = value
+        self._add_constants(rewrite.constants)
         for new in rewrite.nodes:
             node_names.add(new.name)
         return rewrite.nodes

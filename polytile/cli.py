@@ -438,13 +438,16 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         for info in zoo.list_models():
-            print(f"{info.name:<14} {info.source:<11} {info.description}")
+            inputs = ", ".join(
+                f"{name}[{','.join(map(str, shape))}]" for name, shape in info.inputs
+            )
+            print(f"{info.name:<24} {info.source:<10} {info.description} | inputs: {inputs}")
         return 0
     names = zoo.NAMES if args.names == ["all"] else args.names
     for name in names:
         start = time.perf_counter()
         path = zoo.materialize(name, seed=args.seed)
-        print(f"{name:<14} {path} ({time.perf_counter() - start:.1f} s)")
+        print(f"{name:<24} {path} ({time.perf_counter() - start:.1f} s)")
     return 0
 
 

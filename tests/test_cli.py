@@ -11,7 +11,7 @@ import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
-from polytile import cli
+from polytile import cli, zoo
 from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.errors import InputError
@@ -82,8 +82,13 @@ def test_internal_error_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 def test_zoo_list(capsys) -> None:
     assert cli.main(["zoo", "list"]) == 0
-    out = capsys.readouterr().out
-    assert "resnet50" in out and "transformer" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(zoo.NAMES)
+    by_name = {line.split()[0]: line for line in lines}
+    assert "onnx-light" in by_name["resnet50"] and "generated" in by_name["transformer"]
+    assert "modern" in by_name["llama_small"]
+    assert "input_ids[batch,seq]" in by_name["bert_small__dyn"]
+    assert "int8" in by_name["resnet34__qdq"]
 
 
 def test_parse_input_shapes() -> None:

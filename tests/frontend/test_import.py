@@ -90,40 +90,56 @@ def test_checker_failure_names_the_model() -> None:
         import_model(m, name="broken")
 
 
-def test_unknown_domain_and_all_unsupported_ops_listed_at_once() -> None:
+def test_unknown_domain_and_all_unsupported_ops_and_variants_listed_at_once() -> None:
+    """Ops and variants of supported ops are reported together; nodes that only read a
+    refused node's output are not reported (their inputs have no type)."""
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
-        helper.make_node("TopK", ["a", "k"], ["b", "i"], name="topk1"),
-        helper.make_node("Hardmax", ["b"], ["c"], name="hm1"),
-        helper.make_node("Hardmax", ["c"], ["d"], name="hm2"),
-        helper.make_node("FancyOp", ["d"], ["y"], name="fancy", domain="com.example"),
+        helper.make_node("Det", ["a"], ["b"], name="det1"),
+        helper.make_node("Relu", ["b"], ["b2"], name="after_det"),
+        helper.make_node("Det", ["x"], ["c"], name="det2"),
+        helper.make_node("FancyOp", ["a"], ["d"], name="fancy", domain="com.example"),
+        helper.make_node(
+            "Resize", ["img", "", "scales"], ["e"], name="resize_aa", mode="linear", antialias=1
+        ),
     ]
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(np.array([2], np.int64), "k")],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3]),
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, 4, 4]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ["b2", "c", "d", "e"]],
+        initializer=[numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "scales")],
     )
     m = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]
     )
     with pytest.raises(UnsupportedOpError) as info:
         import_model(m, name="zoo-of-bad-ops")
     message = str(info.value)
-    for part in (
-        "zoo-of-bad-ops",
-        "TopK",
-        "topk1",
-        "Hardmax",
-        "hm1",
-        "hm2",
-        "FancyOp",
-        "com.example",
-        "fancy",
-    ):
+    for part in ("zoo-of-bad-ops", "Det", "det1", "det2", "FancyOp", "com.example", "fancy"):
         assert part in message
-    assert len(info.value.unsupported) == 4
+    assert "resize_aa" in message and "antialias" in message
+    assert "after_det" not in message
+    assert sorted(n for n, _, _ in info.value.unsupported) == [
+        "det1",
+        "det2",
+        "fancy",
+        "resize_aa",
+    ]
+
+
+def test_quantized_model_is_refused_naming_its_quantization_ops() -> None:
+    from polytile import zoo
+
+    model = zoo.build("resnet34__qdq")
+    with pytest.raises(UnsupportedOpError) as info:
+        import_model(model, name="resnet34__qdq")
+    first = str(info.value).splitlines()[0]
+    assert "int8-quantized" in first
+    assert "QuantizeLinear" in first and "DequantizeLinear" in first
 
 
 def test_dynamic_shape_needs_input_shapes() -> None:

@@ -1,0 +1,161 @@
+"""If and Loop nodes expanded at import: the taken branch of an If with a known condition,
+one body copy per iteration of a Loop with a known trip count. Each model is compiled and
+compared with onnxruntime; a condition or exit only known at run time is refused naming
+the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polytile as pt
+from polytile.errors import UnsupportedOpError
+from polytile.frontend.importer import import_model
+
+ort = pytest.importorskip("onnxruntime")
+
+F = TensorProto.FLOAT
+
+
+def _run_both(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    onnx.checker.check_model(model)
+    expected = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    got = pt.compile(model).run(feeds)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def _branch(name: str, op: str, out: str) -> onnx.GraphProto:
+    return helper.make_graph(
+        [helper.make_node(op, ["x"], [out])],
+        name,
+        [],
+        [helper.make_tensor_value_info(out, F, None)],
+    )
+
+
+def _if_model(cond_nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+    node = helper.make_node(
+        "If",
+        ["cond"],
+        ["y"],
+        name="the_if",
+        then_branch=_branch("then", "Relu", "t"),
+        else_branch=_branch("else", "Neg", "e"),
+    )
+    graph = helper.make_graph(
+        [*cond_nodes, node],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 5])],
+        [helper.make_tensor_value_info("y", F, [2, 5])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_if_with_a_constant_condition_is_its_branch(taken: bool) -> None:
+    model = _if_model([], [numpy_helper.from_array(np.array(taken), "cond")])
+    x = np.linspace(-2, 2, 10, dtype=np.float32).reshape(2, 5)
+    _run_both(model, {"x": x})
+    ops = [n.op_type for n in import_model(model).nodes]
+    assert "If" not in ops and ("Relu" if taken else "Neg") in ops
+
+
+def test_if_on_a_static_size_folds() -> None:
+    """The exporters' pattern: a branch on a dimension that is static once shapes are."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["width"], axis=0),
+        helper.make_node("Equal", ["width", "five"], ["cond"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array(5, np.int64), "five"),
+    ]
+    x = np.linspace(-2, 2, 10, dtype=np.float32).reshape(2, 5)
+    _run_both(_if_model(nodes, inits), {"x": x})
+
+
+def test_if_on_a_run_time_value_is_refused_naming_the_node() -> None:
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0)]
+    nodes.append(helper.make_node("Greater", ["s", "zero"], ["cond"]))
+    model = _if_model(nodes, [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    with pytest.raises(
+        UnsupportedOpError, match=r"If \(its condition is only known at run time\): the_if"
+    ):
+        import_model(model)
+
+
+def _loop_model(trips: int, exit_on_data: bool = False) -> onnx.ModelProto:
+    """acc <- acc * 0.5 + x * i each iteration; scan output: acc after each step."""
+    body_nodes = [
+        helper.make_node("Cast", ["i"], ["i_f"], to=F),
+        helper.make_node("Mul", ["x", "i_f"], ["xi"]),
+        helper.make_node("Mul", ["acc_in", "half"], ["halved"]),
+        helper.make_node("Add", ["halved", "xi"], ["acc_out"]),
+        helper.make_node("Identity", ["acc_out"], ["scan"]),
+    ]
+    if exit_on_data:
+        body_nodes.append(helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0))
+        body_nodes.append(helper.make_node("Less", ["total", "limit"], ["cond_out"]))
+    else:
+        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [3]),
+            helper.make_tensor_value_info("scan", F, [3]),
+        ],
+        initializer=[numpy_helper.from_array(np.array(0.5, np.float32), "half")],
+    )
+    loop = helper.make_node(
+        "Loop", ["trips", "go", "acc0"], ["acc", "steps"], name="the_loop", body=body
+    )
+    graph = helper.make_graph(
+        [loop],
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, [3]),
+            helper.make_tensor_value_info("acc0", F, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("acc", F, [3]),
+            helper.make_tensor_value_info("steps", F, [trips, 3]),
+        ],
+        initializer=[
+            numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "go"),
+            numpy_helper.from_array(np.array(1e9, np.float32), "limit"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("trips", [1, 4])
+def test_loop_with_a_constant_trip_count_is_unrolled(trips: int) -> None:
+    feeds = {"x": np.array([1.0, -2.0, 3.0], np.float32), "acc0": np.ones(3, np.float32)}
+    model = _loop_model(trips)
+    _run_both(model, feeds)
+    ops = [n.op_type for n in import_model(model).nodes]
+    assert "Loop" not in ops and ops.count("Add") == trips
+
+
+def test_loop_with_a_data_dependent_exit_is_refused_naming_the_node() -> None:
+    with pytest.raises(
+        UnsupportedOpError, match=r"Loop \(its exit condition is only known at run time\): the_loop"
+    ):
+        import_model(_loop_model(3, exit_on_data=True))
