@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx.defs
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
@@ -40,6 +41,7 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     """The ModelProto and a display name for it, with clear errors for unreadable input."""
     if isinstance(source, onnx.ModelProto):
+        load_external_data(source, None, source.graph.name or "<model>")
         return source, source.graph.name or "<model>"
     if isinstance(source, bytes | bytearray):
         model = onnx.ModelProto()
@@ -56,14 +58,66 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     if not path.is_file():
         raise InputError(f"model file '{path}' does not exist")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except DecodeError as exc:
         raise ModelError(
             f"model '{path}' is not a readable ONNX file (truncated or not ONNX): {exc}"
         ) from exc
     except (OSError, ValueError) as exc:
         raise ModelError(f"model '{path}' cannot be loaded: {exc}") from exc
-    return _nonempty(model, str(path)), path.stem
+    _nonempty(model, str(path))
+    load_external_data(model, path.parent, str(path))
+    return model, path.stem
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    return [
+        t
+        for t in external_data_helper._get_all_tensors(model)
+        if t.data_location == onnx.TensorProto.EXTERNAL
+    ]
+
+
+def load_external_data(model: onnx.ModelProto, base: Path | None, where: str) -> None:
+    """Read the data of tensors stored in external files (paths relative to the model's
+    folder), in place; a missing, escaping or short file is a ModelError naming it and
+    the tensor. Models over 2 GB are stored this way."""
+    tensors = _external_tensors(model)
+    if not tensors:
+        return
+    if base is None:
+        tensor = tensors[0]
+        location = external_data_helper.ExternalDataInfo(tensor).location
+        raise ModelError(
+            f"model '{where}': tensor '{tensor.name}' keeps its data in the external file "
+            f"'{location}', which was not loaded: give the model's path instead, or "
+            "onnx.load it with its external data"
+        )
+    root = base.resolve()
+    for tensor in tensors:
+        info = external_data_helper.ExternalDataInfo(tensor)
+        file = (root / info.location).resolve()
+        if not file.is_relative_to(root):
+            raise ModelError(
+                f"model '{where}': tensor '{tensor.name}' names external file "
+                f"'{info.location}' outside the model's folder"
+            )
+        if not file.is_file():
+            raise ModelError(
+                f"model '{where}': tensor '{tensor.name}' keeps its data in '{file}', "
+                "which does not exist"
+            )
+        size = file.stat().st_size
+        needed = (info.offset or 0) + (info.length or 0)
+        if info.length is not None and needed > size:
+            raise ModelError(
+                f"model '{where}': tensor '{tensor.name}' needs bytes {info.offset or 0} to "
+                f"{needed} of '{file}', which holds only {size} bytes"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(root))
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise ModelError(f"model '{where}': external data cannot be read: {exc}") from exc
 
 
 def _check_shape(name: str, shape: object, model: str) -> tuple[int, ...]:
@@ -125,10 +179,32 @@ def _check_allowing_unknown_rank(model: onnx.ModelProto) -> None:
     for ttype in patched:
         ttype.shape.SetInParent()
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_skeleton(model) if model.ByteSize() > _CHECK_LIMIT else model)
     finally:
         for ttype in patched:
             ttype.ClearField("shape")
+
+
+#: protobuf cannot serialize messages past 2 GB, and the checker serializes the model
+_CHECK_LIMIT = (1 << 31) - (1 << 20)
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose large initializers are empty tensors, small enough for the checker,
+    which checks the graph, not the weights' values."""
+    inits = list(model.graph.initializer)
+    del model.graph.initializer[:]
+    try:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+    finally:
+        model.graph.initializer.extend(inits)
+    for tensor in inits:
+        if tensor.ByteSize() > 1 << 16:
+            copy.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=[0])
+        else:
+            copy.graph.initializer.append(tensor)
+    return copy
 
 
 def _changed_since(model: onnx.ModelProto, opset: int) -> list[str]:

@@ -322,12 +322,12 @@ def print_profile(profile: Profile, top: int = 10) -> None:
 def ort_session(path: Path, threads: int | None = None, optimize: bool = True) -> Any:
     """An onnxruntime session for a model, at the newest IR version onnxruntime reads
     (it lags onnx's); a model it cannot run is a PolytileError, not a crash."""
-    import onnx
     import onnxruntime as ort
 
+    from polytile.frontend.importer import load_model
     from polytile.frontend.onnx_io import max_ir_version
 
-    model = onnx.load(str(path))
+    model, _ = load_model(path)
     opset = max(op.version for op in model.opset_import if op.domain in ("", "ai.onnx"))
     model.ir_version = min(model.ir_version, max_ir_version(opset))
     options = ort.SessionOptions()

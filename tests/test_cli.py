@@ -66,9 +66,9 @@ def test_bad_input_exit_code(argv: list[str], message: str, capsys) -> None:
 
 
 def test_unsupported_op_exit_code(tmp_path: Path, capsys) -> None:
-    path = write_model(tmp_path / "hm.onnx", op="Hardmax")
+    path = write_model(tmp_path / "det.onnx", op="Det")
     assert cli.main(["explain", str(path)]) == cli.EXIT_BAD_INPUT
-    assert "Hardmax" in capsys.readouterr().err
+    assert "Det" in capsys.readouterr().err
 
 
 def test_internal_error_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
