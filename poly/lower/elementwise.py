@@ -241,12 +241,14 @@ _simple("Identity", lambda ctx, a: a[0])
 
 
 def _sign(ctx: LowerContext, a: list[Expr]) -> Expr:
-    """1, -1 or x itself (0, -0 or NaN)."""
+    """1, -1, 0 (+0 for either zero, as numpy and onnxruntime) or NaN."""
     x = a[0]
     zero, one = ctx.const(0, x.dtype), ctx.const(1, x.dtype)
     rest = x
+    if x.dtype.startswith("float"):
+        rest = select(binary("eq", x, zero), zero, x)
     if not x.dtype.startswith("uint"):
-        rest = select(binary("lt", x, zero), ctx.const(-1, x.dtype), x)
+        rest = select(binary("lt", x, zero), ctx.const(-1, x.dtype), rest)
     return select(binary("gt", x, zero), one, rest)
 
 

@@ -169,8 +169,7 @@ def test_float_mod_special_values(dtype: str, fmod: int) -> None:
 def test_sign(dtype: str) -> None:
     x = floats(dtype, (3, 37), 9) if dtype.startswith("float") else ints(dtype, (3, 37), 9)
     for got in run(helper.make_node("Sign", ["x"], ["y"]), {"x": x}):
-        np.testing.assert_array_equal(got, np.sign(x))  # numpy's sign of -0 is +0
-        assert got.dtype == x.dtype
+        assert_same(got, np.sign(x))  # numpy's sign of -0 is +0
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])

@@ -30,7 +30,7 @@ from polytile.frontend.importer import find_unsupported
 _NARROW_TYPES = r"(?:FLOAT8\w*|FLOAT4E2M1|U?INT4|U?INT2)"
 
 UNSUPPORTED: dict[str, str] = {
-    r"(?i)bfloat16": "bfloat16 tensors are not supported",
+    r"(?i)bfloat16|_bf16(?:_|$)": "bfloat16 tensors are not supported",
     rf"^test_cast(?:like)?_\w*{_NARROW_TYPES}(?:_|$)": (
         "float8 / float4 / 4-bit / 2-bit integer tensors are not supported"
     ),
@@ -48,7 +48,16 @@ UNSUPPORTED: dict[str, str] = {
     ),
 }
 
-BUGS: dict[str, str] = {}
+BUGS: dict[str, str] = {
+    r"^test_affine_grid_[23]d(?:_align_corners)?_expanded$": (
+        "frontend.importer.parameter_inputs does not follow the outer-scope reads of If "
+        "branches: 'size' sets ConstantOfShape / Expand shapes through If outputs, unbound"
+    ),
+    r"^test_attention_4d_causal_fp16_expanded$": (
+        "float16 Softmax (poly/lower/nn.py) is 1 float16 ulp off onnx's float16-step "
+        "reference (computed more exactly); the MatMul after it takes that past rtol 1e-3"
+    ),
+}
 
 
 @functools.cache
