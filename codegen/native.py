@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from polytile.errors import InputError
+from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel, Role
 from polytile.poly.reference import allocate
 from polytile.poly.schedule import Schedule
@@ -36,6 +37,21 @@ def build_part(schedule: Schedule, target: Target) -> tuple[str, Part, tuple[str
     mc, fn = kernel_module(schedule, NAME, target)
     ir = finalize(mc.module, target)
     return ir, compile_part(ir, target), fn.params
+
+
+def index_limits(kernel: Kernel) -> dict[str, int]:
+    """For each tensor whose values a load uses as an index (Gather's indices, ...), the
+    smallest axis size it indexes: values in [0, limit) are valid for every such load."""
+    limits: dict[str, int] = {}
+    for s in kernel.statements:
+        for outer in loads(s.expr):
+            for axis, entry in enumerate(outer.index):
+                if isinstance(entry, str):
+                    continue
+                size = kernel.tensors[outer.tensor].shape[axis]
+                for inner in loads(entry):
+                    limits[inner.tensor] = min(limits.get(inner.tensor, size), size)
+    return limits
 
 
 class LoadedKernel:
@@ -73,9 +89,16 @@ class LoadedKernel:
         return {t.name: buffers[t.name] for t in self.kernel.outputs()}
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random inputs; those the kernel loads as indices hold valid ones (a
+        kernel run alone has no index check before it)."""
         rng = np.random.default_rng(seed)
+        limits = index_limits(self.kernel)
         return {
-            t.name: rng.standard_normal(t.shape).astype(t.dtype)
+            t.name: (
+                rng.integers(0, max(limits[t.name], 1), t.shape)
+                if t.name in limits
+                else rng.standard_normal(t.shape)
+            ).astype(t.dtype)
             for t in self.kernel.tensors.values()
             if t.role is Role.INPUT
         }
