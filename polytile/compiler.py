@@ -165,13 +165,14 @@ def index_bounds(graph: Graph, groups: Sequence[Group]) -> list[PendingCheck]:
         )
         for bound in bounds_of(ctx):
             tensor = node.inputs[bound.input]
-            value = graph.constants.get(tensor)
+            value = graph.constants.get(graph.aliases.get(tensor, tensor))
             if value is None:
                 found.append((step_of[node.name], node.label, tensor, bound))
                 continue
             bad = first_out_of_range(value, bound.sizes)
             if bad is not None:
-                raise ctx.error(out_of_range_message(tensor, value.shape, bound, *bad))
+                shape = graph.types[tensor].shape
+                raise ctx.error(out_of_range_message(tensor, shape, bound, *bad))
     return found
 
 
@@ -382,7 +383,7 @@ class _Layout:
                 f"{label} in model '{self.graph.name}': index input '{tensor}' is computed "
                 f"inside its kernel and cannot be checked before it"
             )
-        t = self.graph.types[source]
+        t = self.graph.types[tensor]  # a view's shape: positions as the node sees them
         return IndexCheck(
             step, slot, t.dtype, t.shape, bound.sizes, label, tensor, bound.data, bound.axis
         )

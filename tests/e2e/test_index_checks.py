@@ -90,6 +90,25 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict, list[tuple[dict, str]]]]:
         {"ids": np.array([0, 8, -1, -11, 3])},
         [({"ids": np.array([0, 8, 9, 1, 3])}, "index 10 .* input 'shifted'")],
     )
+    # a view of the indices: positions as the node sees them
+    found["gather_reshaped_indices"] = (
+        _model(
+            [
+                node("Reshape", ["ids", "shape"], ["grid"], name="view"),
+                node("Gather", ["table", "grid"], ["y"], name="embed"),
+            ],
+            {"ids": (I64, (6,))},
+            {"y": (F32, (2, 3, 4))},
+            {"table": table, "shape": np.array([2, 3], np.int64)},
+        ),
+        {"ids": np.array([0, 9, -10, 2, 3, -1])},
+        [
+            (
+                {"ids": np.array([0, 1, 2, 3, 4, 12])},
+                "index 12 .* position \\[1, 2\\] of input 'grid'",
+            )
+        ],
+    )
     found["gather_elements"] = (
         _model(
             [node("GatherElements", ["x", "i"], ["y"], name="ge", axis=-1)],
@@ -257,6 +276,26 @@ def test_messages_name_model_node_and_input(reports: dict[str, dict]) -> None:
         "model 'checked': node 'pick' (Gather): index 5 is out of range for axis 1 of 'x' "
         "(size 5; valid indices are -5..4), at position [2] of input 'ids'"
     )
+
+
+def test_indices_folded_by_the_passes_are_checked_at_compile_time() -> None:
+    """Indices too large to propagate at import are folded later, and checked then."""
+    import polytile as pt
+
+    count = 70000
+    base = np.zeros(count, np.int64)
+    base[-1] = 9
+    model = _model(
+        [
+            helper.make_node("Add", ["base", "one"], ["ids"], name="shift"),
+            helper.make_node("Gather", ["table", "ids"], ["y"], name="embed"),
+        ],
+        {"x": (F32, (1,))},
+        {"y": (F32, (count, 4))},
+        {"base": base, "one": np.array(1, np.int64), "table": np.zeros((10, 4), np.float32)},
+    )
+    with pytest.raises(pt.errors.ShapeError, match=r"node 'embed' \(Gather\).*index 10 .*69999"):
+        pt.compile(model, num_threads=1)
 
 
 def test_a_checked_model_keeps_its_checks_in_the_manifest(tmp_path: Path) -> None:
