@@ -258,7 +258,7 @@ def _mod(ctx: LowerContext, a: list[Expr]) -> Expr:
     one divisor, and a zero one of floats takes the divisor's sign."""
     x, y = a
     r = binary("mod", x, y)
-    if ctx.attr("fmod", 0) or x.dtype.startswith("uint") or x.dtype == "bool":
+    if ctx.attr("fmod", 0) or x.dtype.startswith("uint"):
         return r
     zero = ctx.const(0, x.dtype)
     differ = binary("ne", binary("lt", r, zero), binary("lt", y, zero))
