@@ -1,0 +1,89 @@
+"""Random legal transformation traces on the kernels of CumSum (a triangular reduction
+domain), ReduceLogSumExp, ArgMin, GroupNormalization (group-indexed statistics),
+RMSNormalization, Hardmax, DepthToSpace and RotaryEmbedding (pieces cut by quasi-affine
+constraints) keep their results: the AST interpreter against program order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+from test_property import SETTINGS, check_random_trace, one_node_kernel
+
+from polytile.poly.kernel import Kernel
+from polytile.poly.reference import run_program_order
+
+from kernels import random_inputs
+
+RNG = np.random.default_rng(3)
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def kernels() -> dict[str, Kernel]:
+    node = helper.make_node
+    specs = {
+        "cumsum": (
+            node("CumSum", ["x", "axis"], ["y"], exclusive=1, reverse=1),
+            {"x": (5, 3)},
+            {"axis": np.array(0, np.int64)},
+            17,
+        ),
+        "logsumexp": (
+            node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0),
+            {"x": (3, 4, 5)},
+            {"axes": np.array([0, 2], np.int64)},
+            18,
+        ),
+        "argmin": (
+            node("ArgMin", ["x"], ["y"], axis=1, select_last_index=1),
+            {"x": (4, 6)},
+            {},
+            17,
+        ),
+        "groupnorm": (
+            node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
+            {"x": (2, 4, 3)},
+            {"s": _f32(4), "b": _f32(4)},
+            21,
+        ),
+        "rmsnorm": (
+            node("RMSNormalization", ["x", "s"], ["y"], axis=1),
+            {"x": (3, 2, 4)},
+            {"s": _f32(2, 4)},
+            23,
+        ),
+        "hardmax": (node("Hardmax", ["x"], ["y"], axis=0), {"x": (5, 3)}, {}, 17),
+        "depthtospace": (
+            node("DepthToSpace", ["x"], ["y"], blocksize=2, mode="CRD"),
+            {"x": (1, 8, 2, 3)},
+            {},
+            17,
+        ),
+        "rotary": (
+            node("RotaryEmbedding", ["x", "c", "s"], ["y"], interleaved=1),
+            {"x": (1, 2, 3, 4)},
+            {"c": _f32(1, 3, 2), "s": _f32(1, 3, 2)},
+            23,
+        ),
+    }
+    return {
+        name: one_node_kernel(n, inputs, inits, opset)
+        for name, (n, inputs, inits, opset) in specs.items()
+    }
+
+
+KERNELS = kernels()
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@SETTINGS
+@given(data=st.data())
+def test_random_traces_on_new_op_kernels(name: str, data: st.DataObject) -> None:
+    kernel = KERNELS[name]
+    inputs = random_inputs(kernel)
+    check_random_trace(data, kernel, inputs, run_program_order(kernel, inputs))
