@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from test_lower_injective import check
+from test_property import SETTINGS, check_random_trace
 
 from polytile.errors import ShapeError, UnsupportedOpError
-from polytile.frontend import import_model, optimize
-from polytile.poly.lower import lower_group
+from polytile.frontend import import_model, optimize, partition
+from polytile.poly.lower import lower, lower_group
 from polytile.poly.reference import run_program_order
 
 from lowered import make
@@ -288,3 +291,55 @@ def test_nonzero_of_a_constant_folds() -> None:
     m = make([node], {}, ["y"], {"c": value})
     graph = optimize(import_model(m))
     np.testing.assert_array_equal(graph.constants["y"], np.array(np.nonzero(value)))
+
+
+# --- random legal schedules -------------------------------------------------------------------
+
+
+SCHEDULED = {
+    # duplicate positions: the last update must win under every schedule
+    "scatter_nd_none": (
+        helper.make_node("ScatterND", ["x", "i", "u"], ["y"]),
+        {"x": ((5, 3), F32), "i": ((4, 1), I64), "u": ((4, 3), F32)},
+        {"i": np.array([[1], [-4], [3], [1]])},
+    ),
+    "scatter_elements_add": (
+        helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction="add"),
+        {"x": ((3, 5), F32), "i": ((3, 4), I64), "u": ((3, 4), F32)},
+        {"i": np.array([[0, 0, 4, -1], [2, 2, 2, 1], [-5, 3, 0, 0]])},
+    ),
+    "topk": (
+        helper.make_node("TopK", ["x", "k"], ["v", "j"], axis=0),
+        {"x": ((6, 3), F32), "k": ((1,), I64)},
+        {"k": np.array([3])},
+    ),
+    "gather_nd": (
+        helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1),
+        {"x": ((2, 4, 3), F32), "i": ((2, 3, 1), I64)},
+        {"i": np.array([[[3], [-1], [0]], [[-4], [2], [2]]])},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED))
+@SETTINGS
+@given(data=st.data())
+def test_random_traces_keep_results(name: str, data: st.DataObject) -> None:
+    """Whatever legal steps the search draws (parallel, vectorize, reorder, ...), the
+    scatter's updates, TopK's ranks and GatherND's loads give the program-order result."""
+    node, inputs, values = SCHEDULED[name]
+    runtime = {k: v for k, v in inputs.items() if k not in values or k == "i"}
+    consts = {k: v for k, v in values.items() if k != "i"}  # TopK's k
+    model = make([node], runtime, list(node.output), consts)
+    graph = optimize(import_model(model))
+    (group,) = partition(graph).groups
+    kernel = lower(graph, group)
+    feeds = {
+        t.name: (
+            values[t.source].astype(t.dtype)
+            if t.source in values
+            else np.round(RNG.standard_normal(t.shape) * 2).astype(t.dtype)  # ties for TopK
+        )
+        for t in kernel.inputs()
+    }
+    check_random_trace(data, kernel, feeds, run_program_order(kernel, feeds))
