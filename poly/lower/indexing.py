@@ -21,8 +21,8 @@ updates, not the updates alone: right for the small scatters of models (attentio
 masks, cache rows), slow for large ones.
 
 TopK counts, for each element, the elements that come before it (larger, or equal at a
-lower position: onnxruntime's order) -- a reduction over the axis -- then the k first
-positions are found by rank, and the values loaded from them.
+lower position; NaN above every number: onnxruntime's order) -- a reduction over the
+axis -- then the k first positions are found by rank, and the values loaded from them.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from polytile.frontend.ops.indexing import (
 )
 
 from .. import isl_helpers as ih
-from ..expr import Expr, Iter, binary, select
+from ..expr import Expr, Iter, binary, select, unary
 from ..kernel import Statement
 from ..reference import identity
 from .base import LowerContext, as_dtype, lowering, reduction
@@ -303,6 +303,19 @@ def _onehot(ctx: LowerContext) -> list[Statement]:
     return [_assign(ctx, dims, out.shape, value)]
 
 
+def _order(a: Expr, b: Expr, largest: bool) -> tuple[Expr, Expr]:
+    """(a comes before b, a ties with b) in TopK's total order: by value, NaN above every
+    number (onnxruntime's order: first when largest, last when smallest), NaNs equal."""
+    if np.dtype(a.dtype).kind != "f":
+        return binary("gt" if largest else "lt", a, b), binary("eq", a, b)
+    a_nan, b_nan = binary("ne", a, a), binary("ne", b, b)
+    if largest:
+        first = binary("or", binary("gt", a, b), binary("and", a_nan, unary("not", b_nan)))
+    else:
+        first = binary("or", binary("lt", a, b), binary("and", b_nan, unary("not", a_nan)))
+    return first, binary("or", binary("eq", a, b), binary("and", a_nan, b_nan))
+
+
 @lowering("TopK")
 def _topk(ctx: LowerContext) -> list[Statement]:
     """rank[p] = #{j : x[j] before x[p]}; I[.., r, ..] = the p of rank r; V = x[I]."""
@@ -311,8 +324,8 @@ def _topk(ctx: LowerContext) -> list[Statement]:
     dims = ctx.dims(x.rank)
     other = tuple("j" if a == axis else d for a, d in enumerate(dims))
     mine, theirs = ctx.load(ctx.node.inputs[0], dims), ctx.load(ctx.node.inputs[0], other)
-    first = binary("gt" if largest else "lt", theirs, mine)
-    tie = binary("and", binary("eq", theirs, mine), binary("lt", Iter("j"), Iter(dims[axis])))
+    first, same = _order(theirs, mine, largest)
+    tie = binary("and", same, binary("lt", Iter("j"), Iter(dims[axis])))
     before = select(binary("or", first, tie), ctx_const(1), ctx_const(0))
     rank = ctx.temp("rank", x.shape, "int64")
     n = x.shape[axis]
@@ -335,7 +348,9 @@ def _topk(ctx: LowerContext) -> list[Statement]:
     if k == 0 or math.prod(out_shape) == 0:
         return statements
     found: list[str | Expr] = list(dims)
-    found[axis] = ctx.load(ctx.node.outputs[1], dims)
+    # the ranks are a permutation, so the position is below n; the bound costs one
+    # operation per output element and keeps the load inside x whatever the values
+    found[axis] = binary("min", ctx.load(ctx.node.outputs[1], dims), ctx_const(n - 1))
     name = ctx.statement_name()
     domain = ctx.domain(name, dims, out_shape)
     value = ctx.load(ctx.node.inputs[0], found)
@@ -368,4 +383,3 @@ def _eyelike(ctx: LowerContext) -> list[Statement]:
     one, zero = ctx.const(1, out.dtype), ctx.const(0, out.dtype)
     parts = [(f"{j} = {i} + {k}", one), (f"{j} < {i} + {k}", zero), (f"{j} > {i} + {k}", zero)]
     return _pieces(ctx, dims, out.shape, parts)
-

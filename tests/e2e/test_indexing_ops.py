@@ -112,3 +112,18 @@ def test_onehot_and_trilu() -> None:
     x = _floats(3, 70, 90)
     node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=0)
     _compare(_model(node, {"x": x}, ["y"], {"k": np.array(5)}), {"x": x})
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_orders_nan_above_every_number(largest: int) -> None:
+    """onnxruntime's order: NaN first when largest, last when smallest, NaNs by position."""
+    x = RNG.integers(-4, 4, (5, 12)).astype(np.float32)
+    x[RNG.random((5, 12)) < 0.3] = np.nan
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=largest)
+    model = _model(node, {"x": x}, ["v", "i"], {"k": np.array([9])})
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    for threads in (1, 2):
+        values, positions = pt.compile(model, num_threads=threads).run({"x": x})
+        np.testing.assert_array_equal(positions, want[1])
+        np.testing.assert_array_equal(values, want[0])
