@@ -420,7 +420,8 @@ class _Importer:
 
     def _import_nodes(self, protos: Sequence[onnx.NodeProto], node_names: set[str]) -> None:
         """Canonicalize and type each node in order; a refused node is recorded and the
-        walk goes on, so one error lists every unsupported op and variant."""
+        walk goes on, so one error lists every unsupported op and variant (variants only
+        where the node's inputs are typed, i.e. not after a refused node)."""
         for index, proto in enumerate(protos):
             base = proto.name or f"{proto.op_type}_{index}"
             node_name = unique_name(base, node_names)
@@ -428,10 +429,10 @@ class _Importer:
             outputs = list(proto.output)
             while outputs and not outputs[-1]:  # trailing omitted outputs are not requested
                 outputs.pop()
-            if any(i in self.poisoned for i in proto.input):
+            reason = unsupported_reason(proto)  # needs no types: reported wherever it is
+            if reason is None and any(i in self.poisoned for i in proto.input):
                 self.poisoned.update(outputs)
                 continue
-            reason = unsupported_reason(proto)
             try:
                 if reason is not None:
                     raise UnsupportedOpError(reason, ((node_name, proto.op_type, reason),))

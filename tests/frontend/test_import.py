@@ -91,12 +91,14 @@ def test_checker_failure_names_the_model() -> None:
 
 
 def test_unknown_domain_and_all_unsupported_ops_and_variants_listed_at_once() -> None:
-    """Ops and variants of supported ops are reported together; nodes that only read a
-    refused node's output are not reported (their inputs have no type)."""
+    """Ops and variants of supported ops are reported together; an unsupported op is
+    reported even after a refused node, but a supported node reading a refused node's
+    output is not (its inputs have no type)."""
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
         helper.make_node("Det", ["a"], ["b"], name="det1"),
         helper.make_node("Relu", ["b"], ["b2"], name="after_det"),
+        helper.make_node("Det", ["b2"], ["b3"], name="det3"),
         helper.make_node("Det", ["x"], ["c"], name="det2"),
         helper.make_node("FancyOp", ["a"], ["d"], name="fancy", domain="com.example"),
         helper.make_node(
@@ -110,7 +112,7 @@ def test_unknown_domain_and_all_unsupported_ops_and_variants_listed_at_once() ->
             helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3]),
             helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, 4, 4]),
         ],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ["b2", "c", "d", "e"]],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ["b3", "c", "d", "e"]],
         initializer=[numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "scales")],
     )
     m = helper.make_model(
@@ -126,6 +128,7 @@ def test_unknown_domain_and_all_unsupported_ops_and_variants_listed_at_once() ->
     assert sorted(n for n, _, _ in info.value.unsupported) == [
         "det1",
         "det2",
+        "det3",
         "fancy",
         "resize_aa",
     ]
