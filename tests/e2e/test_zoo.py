@@ -290,7 +290,7 @@ def _model_with(input_info: onnx.ValueInfoProto, *nodes: onnx.NodeProto) -> onnx
 
 def test_random_inputs_symbolic_dims_and_unsupported_types() -> None:
     dynamic = _model_with(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]))
-    with pytest.raises(ShapeError, match="'x'.*'N'"):
+    with pytest.raises(ShapeError, match=r"'x'.*'N'"):
         zoo.random_inputs(dynamic)
     assert zoo.random_inputs(dynamic, dims={"N": 3})["x"].shape == (3, 4)
     strings = _model_with(helper.make_tensor_value_info("s", TensorProto.STRING, [2]))
