@@ -116,9 +116,7 @@ class Manifest:
             target=dict(data["target"]),
             calls=tuple(KernelCall.from_json(c) for c in data["calls"]),
             checks=(
-                tuple(IndexCheck.from_json(c) for c in data["checks"])
-                if "checks" in data
-                else None
+                tuple(IndexCheck.from_json(c) for c in data["checks"]) if "checks" in data else None
             ),
         )
 
@@ -309,8 +307,7 @@ class CompiledModel:
             )
         check = checks[status - 1]
         position, value = (
-            int(ctypes.c_int64.from_address(self._jit.global_address(name)).value)
-            for name in FAULT
+            int(ctypes.c_int64.from_address(self._jit.global_address(name)).value) for name in FAULT
         )
         bound = IndexBound(0, check.sizes, check.data, check.axis)
         detail = out_of_range_message(check.input, check.shape, bound, position, value)

@@ -34,12 +34,13 @@ SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 @dataclass(frozen=True)
 class IndexBound:
     """Input `input` of a node holds indices: its values, cycling over `sizes` along its
-    last axis (one size: every value), index axes of those sizes (valid: [-n, n-1])."""
+    last axis (one size: every value), index axes `axis`, `axis + 1`, ... of those sizes
+    of the tensor `data` (valid: [-n, n-1])."""
 
     input: int
     sizes: tuple[int, ...]
-    #: what the values index, for messages ("axis 1 of 'data'")
-    target: str
+    data: str
+    axis: int
 
 
 BoundsFn = Callable[[InferContext], tuple[IndexBound, ...]]
@@ -85,10 +86,12 @@ def out_of_range_message(
 ) -> str:
     """The one wording of an out-of-range index, at compile time and at run time."""
     where = np.unravel_index(position, tuple(shape)) if len(shape) else ()
-    size = bound.sizes[position % len(bound.sizes)]
+    component = position % len(bound.sizes)
+    size = bound.sizes[component]
     return (
-        f"index {value} is out of range for {bound.target} (size {size}; valid indices are "
-        f"{-size}..{size - 1}), at position {[int(i) for i in where]} of input '{input_name}'"
+        f"index {value} is out of range for axis {bound.axis + component} of '{bound.data}' "
+        f"(size {size}; valid indices are {-size}..{size - 1}), at position "
+        f"{[int(i) for i in where]} of input '{input_name}'"
     )
 
 
@@ -123,7 +126,7 @@ def _axis(ctx: InferContext, rank: int) -> int:
 
 def _gather_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
     axis = _axis(ctx, len(ctx.shape(0)))
-    return (IndexBound(1, (ctx.shape(0)[axis],), f"axis {axis} of '{ctx.node.inputs[0]}'"),)
+    return (IndexBound(1, (ctx.shape(0)[axis],), ctx.node.inputs[0], axis),)
 
 
 def _gather_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
@@ -149,7 +152,7 @@ def _gather(ctx: InferContext) -> tuple[TensorType, ...]:
 
 def _elements_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
     axis = _axis(ctx, len(ctx.shape(0)))
-    return (IndexBound(1, (ctx.shape(0)[axis],), f"axis {axis} of '{ctx.node.inputs[0]}'"),)
+    return (IndexBound(1, (ctx.shape(0)[axis],), ctx.node.inputs[0], axis),)
 
 
 def _gather_elements_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
@@ -164,9 +167,7 @@ def _elements_shapes(ctx: InferContext, what: str) -> int:
     if not data:
         raise ctx.error("data must have rank at least 1")
     if len(indices) != len(data):
-        raise ctx.error(
-            f"indices have rank {len(indices)} but data has rank {len(data)}; {what}"
-        )
+        raise ctx.error(f"indices have rank {len(indices)} but data has rank {len(data)}; {what}")
     axis = _axis(ctx, len(data))
     _index_dtype(ctx, 1)
     return axis
@@ -179,8 +180,7 @@ def _gather_elements(ctx: InferContext) -> tuple[TensorType, ...]:
     for d, (n, m) in enumerate(zip(data, indices, strict=True)):
         if d != axis and m > n:
             raise ctx.error(
-                f"indices have shape {list(indices)}, larger than data's {list(data)} "
-                f"on axis {d}"
+                f"indices have shape {list(indices)}, larger than data's {list(data)} on axis {d}"
             )
     check_constant_indices(ctx)
     return (TensorType(indices, ctx.dtype(0)),)
@@ -200,8 +200,7 @@ def _nd_facts(ctx: InferContext, batch_dims: int) -> int:
         raise ctx.error(f"batch_dims {batch_dims} must be below the ranks of data and indices")
     if data[:batch_dims] != indices[:batch_dims]:
         raise ctx.error(
-            f"the first {batch_dims} dims of data {list(data)} and indices {list(indices)} "
-            f"differ"
+            f"the first {batch_dims} dims of data {list(data)} and indices {list(indices)} differ"
         )
     if not 1 <= m <= len(data) - batch_dims:
         raise ctx.error(
@@ -214,9 +213,7 @@ def _nd_facts(ctx: InferContext, batch_dims: int) -> int:
 def _nd_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
     b = ctx.attr_int("batch_dims", 0)
     m = ctx.shape(1)[-1]
-    sizes = ctx.shape(0)[b : b + m]
-    axes = f"axes {b}..{b + m - 1}" if m > 1 else f"axis {b}"
-    return (IndexBound(1, tuple(sizes), f"{axes} of '{ctx.node.inputs[0]}'"),)
+    return (IndexBound(1, tuple(ctx.shape(0)[b : b + m]), ctx.node.inputs[0], b),)
 
 
 def gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndarray:
@@ -311,8 +308,7 @@ def _scatter_elements(ctx: InferContext) -> tuple[TensorType, ...]:
     for d, (n, m) in enumerate(zip(data, indices, strict=True)):
         if d != axis and m > n:
             raise ctx.error(
-                f"indices have shape {list(indices)}, larger than data's {list(data)} "
-                f"on axis {d}"
+                f"indices have shape {list(indices)}, larger than data's {list(data)} on axis {d}"
             )
     scatter_reduction(ctx)
     check_constant_indices(ctx)
@@ -321,8 +317,7 @@ def _scatter_elements(ctx: InferContext) -> tuple[TensorType, ...]:
 
 def _scatter_nd_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
     m = ctx.shape(1)[-1]
-    axes = f"axes 0..{m - 1}" if m > 1 else "axis 0"
-    return (IndexBound(1, tuple(ctx.shape(0)[:m]), f"{axes} of '{ctx.node.inputs[0]}'"),)
+    return (IndexBound(1, tuple(ctx.shape(0)[:m]), ctx.node.inputs[0], 0),)
 
 
 def _scatter_nd_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
