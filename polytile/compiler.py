@@ -286,7 +286,12 @@ def build(
         KernelCall(c.function, tuple(_placed(s, layout, plan.offsets) for s in c.args), c.workload)
         for c in calls
     ]
-    guards = tuple(layout.check(c, plan.offsets) for c in checks)
+    # one scan per index tensor and step when several nodes there index alike with it
+    found = {}
+    for c in checks:
+        guard = layout.check(c, plan.offsets)
+        found.setdefault((guard.step, guard.slot, guard.sizes), guard)
+    guards = tuple(found.values())
     entry = new_module(graph.name, target)
     add_entry(entry, ENTRY, calls, arity, [c.nbytes for c in layout.constants], guards)
     parts = compile_parts([finalize(entry.module, target), *texts], target, workers)
