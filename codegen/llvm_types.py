@@ -30,16 +30,20 @@ PREFETCH_AT = "polytile_prefetch_at"
 PREFETCH_LINES = "polytile_prefetch_lines"
 PREFETCH_IDLE = "polytile_prefetch_idle"
 
+BF16 = "bfloat16"
 _FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}
 
 
 def kind(dtype: str) -> str:
-    """'f' float, 'i' signed, 'u' unsigned, 'b' bool."""
+    """'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'V' bfloat16 (bits, no arithmetic)."""
     return np.dtype(dtype).kind
 
 
 def value_type(dtype: str) -> ir.Type:
-    """The type of a value in registers (bool is i1)."""
+    """The type of a value in registers (bool is i1; bfloat16 is its bits, an i16, which
+    only loads, stores, selects and conversions see: codegen/bfloat16.py)."""
+    if dtype == BF16:
+        return ir.IntType(16)
     d = np.dtype(dtype)
     if d.kind == "b":
         return I1

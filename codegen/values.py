@@ -17,7 +17,8 @@ from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Un
 from polytile.poly.kernel import Statement
 from polytile.poly.quasi import flat_index, parse_index
 
-from .llvm_types import I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
+from . import bfloat16 as bf16
+from .llvm_types import BF16, I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
 from .transpose import load_row, store_row
 from .vecmath import vector_call
 
@@ -269,6 +270,10 @@ class Instance:
         target = _like(value.type, value_type(dst))
         if value.type == target and kind(src) == kind(dst):
             return value
+        if src == BF16:
+            return self.convert(bf16.widen(b, value), "float32", dst)
+        if dst == BF16:
+            return bf16.narrow(b, self.float32_for_bf16(value, src))
         ks, kd = kind(src), kind(dst)
         if kd == "b":
             zero = ir.Constant(value.type, None)
@@ -287,6 +292,15 @@ class Instance:
         if _width(value.type) < _width(target):
             return b.sext(value, target) if ks == "i" else b.zext(value, target)
         return value
+
+    def float32_for_bf16(self, value: ir.Value, src: str) -> ir.Value:
+        """A float32 whose rounding to bfloat16 is the value's: exact for narrow sources,
+        rounded to odd from float64 (32-bit integers pass through float64 exactly)."""
+        if src in ("float16", "float32") or np.dtype(src).itemsize <= 2:
+            return self.convert(value, src, "float32")
+        if kind(src) != "f":
+            value = self.convert(value, src, "float64")
+        return bf16.float32_round_to_odd(self.mc, self.b, value)
 
     def libm(self, name: str, x: ir.Value, dtype: str) -> ir.Value:
         """A libm function: of a whole vector through libmvec where the target has it,
@@ -311,6 +325,7 @@ class Instance:
     def unary(self, op: str, x: ir.Value, dtype: str) -> ir.Value:
         b = self.b
         k = kind(dtype)
+        self.no_bf16_arithmetic(op, dtype)
         zero = ir.Constant(x.type, None)
         if op == "not" or (op == "bitnot" and k in "iu"):
             return b.not_(x)
@@ -349,6 +364,7 @@ class Instance:
     def binary(self, op: str, a: ir.Value, c: ir.Value, dtype: str) -> ir.Value:
         b = self.b
         k = kind(dtype)
+        self.no_bf16_arithmetic(op, dtype)
         compare = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
         if op in compare:
             if k == "f":
@@ -394,6 +410,15 @@ class Instance:
                 r = b.call(self.mc.intrinsic("pow", wide, 2), [to(a, wide), to(c, wide)])
                 return b.fptosi(r, a.type) if signed else b.fptoui(r, a.type)
         raise CodegenError(f"statement {self.stmt.name}: {op} of {dtype} has no code generation")
+
+    def no_bf16_arithmetic(self, op: str, dtype: str) -> None:
+        """bfloat16 arithmetic is float32 arithmetic between casts (the frontend pass
+        `widen_bfloat16` puts them in): here it would compute on bits."""
+        if dtype == BF16:
+            raise CodegenError(
+                f"statement {self.stmt.name}: {op} of bfloat16 has no code generation "
+                "(the frontend pass widen_bfloat16 computes it in float32)"
+            )
 
     def constant_power(self, x: ir.Value, exponent: float, dtype: str) -> ir.Value | None:
         """x to a constant power from products and square roots, where one of
@@ -496,6 +521,8 @@ def _width(ty: ir.Type) -> int:
 
 def _constant(value: float | int | bool, dtype: str) -> ir.Constant:
     ty = value_type(dtype)
+    if dtype == BF16:  # its bits, rounded to nearest even as numpy's ml_dtypes does
+        return ir.Constant(ty, int(np.array(value, dtype=BF16).view(np.uint16)))
     if kind(dtype) == "f":
         return ir.Constant(ty, float(value))
     if kind(dtype) == "b":

@@ -2,7 +2,9 @@
 
 An op's own numpy `evaluate` is used when it has one (fast, for the shape-chain ops); any
 other op falls back to onnx's reference evaluator on a one-node model, which is slower but
-exact. The result must match the inferred type: a mismatch is a polytile bug.
+exact. The result must match the inferred type: a mismatch is a polytile bug. bfloat16 is
+computed in float32 and rounded to bfloat16 at the end, as the ONNX spec says (and as the
+compiled code does, frontend/bfloat16.py); only Cast converts it directly.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from .graph import TensorType
 from .onnx_io import dtype_to_onnx, node_to_proto
 from .ops import OPS, InferContext
 
+BF16 = "bfloat16"
+
 
 def evaluate_node(ctx: InferContext, out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
     """The node's outputs, given that every input value (or, for Shape, type) is known."""
     node = ctx.node
     op = OPS[node.op_type]
+    ctx = _widened(ctx)
     if op.evaluate is not None:
         results = op.evaluate(ctx, [v if v is not None else _missing() for v in ctx.values])
     else:
@@ -47,6 +52,20 @@ def try_evaluate(ctx: InferContext, out_types: list[TensorType]) -> tuple[np.nda
         return evaluate_node(ctx, out_types)
     except Exception:  # the fallback evaluator's failure is not the model's
         return None
+
+
+def _widened(ctx: InferContext) -> InferContext:
+    """The context with bfloat16 inputs as float32 (exact), except for Cast."""
+    types, values = ctx.input_types, ctx.values
+    if ctx.node.op_type == "Cast" or not any(t is not None and t.dtype == BF16 for t in types):
+        return ctx
+    return InferContext(
+        ctx.node,
+        [TensorType(t.shape, "float32") if t is not None and t.dtype == BF16 else t for t in types],
+        [v.astype(np.float32) if v is not None and v.dtype.name == BF16 else v for v in values],
+        ctx.opset,
+        ctx.model,
+    )
 
 
 def _missing() -> np.ndarray:

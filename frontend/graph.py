@@ -17,12 +17,14 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype name)
 import networkx as nx
 import numpy as np
 
 #: dtypes a tensor may have; names are numpy's.
 SUPPORTED_DTYPES = frozenset(
     {
+        "bfloat16",
         "float16",
         "float32",
         "float64",
@@ -37,7 +39,8 @@ SUPPORTED_DTYPES = frozenset(
         "bool",
     }
 )
-FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+#: bfloat16 is a storage type: its arithmetic is float32's, rounded (frontend/bfloat16.py)
+FLOAT_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from polytile.errors import InputError
 
+from .bfloat16 import widen_bfloat16
 from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .ops import OPS, InferContext, OpKind
@@ -434,6 +435,7 @@ def mark_views(graph: Graph) -> Graph:
 
 
 PASSES: tuple[Pass, ...] = (
+    Pass("widen_bfloat16", widen_bfloat16, "bfloat16 computes in float32, rounded (ONNX spec)"),
     Pass(
         "fold_constants",
         fold_constants,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import islpy as isl
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype name)
 import numpy as np
 
 from polytile.errors import InputError
@@ -18,6 +20,7 @@ from polytile.errors import InputError
 from .expr import COMBINERS, Binary, Cast, Const, Expr, Iter, Load, Select, Unary
 from .kernel import Kernel, Role, Statement
 
+BF16 = "bfloat16"
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 #: byte alignment of every buffer polytile allocates: one cache line and one AVX-512
@@ -129,8 +132,20 @@ COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 def evaluate(expr: Expr, point: Mapping[str, int], buffers: Mapping[str, np.ndarray]) -> object:
-    """The value of `expr` at one statement instance (numpy scalars, in the expr's dtype)."""
+    """The value of `expr` at one statement instance (numpy scalars, in the expr's dtype;
+    bfloat16 is computed in float32 and rounded, as the ONNX spec says)."""
     dtype = np.dtype(expr.dtype)
+    if dtype.name == BF16 and not isinstance(expr, Load | Select):
+        wide: Expr
+        if isinstance(expr, Const):
+            wide = Const(expr.value, "float64")
+        elif isinstance(expr, Iter):
+            wide = Iter(expr.name, "int64")
+        elif isinstance(expr, Cast):
+            wide = expr.x
+        else:
+            wide = replace(expr, dtype="float32")
+        return bfloat16_of(evaluate(wide, point, buffers))
     if isinstance(expr, Const):
         return dtype.type(expr.value)
     if isinstance(expr, Iter):
@@ -140,7 +155,8 @@ def evaluate(expr: Expr, point: Mapping[str, int], buffers: Mapping[str, np.ndar
             affine(i, point) if isinstance(i, str) else int(evaluate(i, point, buffers))
             for i in expr.index
         )
-        return buffers[expr.tensor][index]
+        value = buffers[expr.tensor][index]
+        return np.float32(value) if dtype.name == BF16 else value  # exact
     if isinstance(expr, Unary):
         return dtype.type(UNARY[expr.op](evaluate(expr.x, point, buffers)))
     if isinstance(expr, Binary):
@@ -153,6 +169,20 @@ def evaluate(expr: Expr, point: Mapping[str, int], buffers: Mapping[str, np.ndar
     if isinstance(expr, Cast):
         return dtype.type(evaluate(expr.x, point, buffers))
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def bfloat16_of(value: object) -> np.generic:
+    """`value` rounded to the nearest bfloat16 (ties to even) in one rounding: a float64
+    goes to float32 rounding to odd first (ml_dtypes would round twice); NaN stays NaN."""
+    x = np.float64(value)  # exact for every float32, float16, bfloat16 and 32-bit integer
+    with np.errstate(over="ignore"):
+        f = np.float32(x)
+    if np.isfinite(x) and float(f) != float(x):
+        bits = np.array(f).view(np.uint32)
+        if abs(float(f)) > abs(float(x)):
+            bits = bits - np.uint32(1)
+        f = (bits | np.uint32(1)).view(np.float32)
+    return np.array(f).astype(BF16)[()]
 
 
 _FLOOR = re.compile(r"floor\(")

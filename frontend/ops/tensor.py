@@ -165,7 +165,7 @@ def _shape(ctx: InferContext) -> tuple[TensorType, ...]:
     return (TensorType((len(_shape_slice(ctx)),), "int64"),)
 
 
-RANGE_DTYPES = frozenset({"float16", "float32", "float64", "int16", "int32", "int64"})
+RANGE_DTYPES = FLOAT_DTYPES | {"int16", "int32", "int64"}
 
 
 def _range_args(ctx: InferContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.dtype]:
@@ -178,7 +178,7 @@ def _range_args(ctx: InferContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     if args[2].item() == 0:
         raise ctx.error("delta is 0")
     dtype = args[0].dtype
-    if dtype == np.float16 and ctx.opset >= 27:  # Range-27 computes float16 in stash_type
+    if dtype.name in ("float16", "bfloat16") and ctx.opset >= 27:  # computed in stash_type
         stash = ctx.attr_int("stash_type", 1)
         compute = {1: np.float32, 11: np.float64}.get(stash)
         if compute is None:

@@ -30,7 +30,6 @@ from polytile.frontend.importer import find_unsupported
 _NARROW_TYPES = r"(?:FLOAT8\w*|FLOAT4E2M1|U?INT4|U?INT2)"
 
 UNSUPPORTED: dict[str, str] = {
-    r"(?i)bfloat16|_bf16(?:_|$)": "bfloat16 tensors are not supported",
     rf"^test_cast(?:like)?_\w*{_NARROW_TYPES}(?:_|$)": (
         "float8 / float4 / 4-bit / 2-bit integer tensors are not supported"
     ),
