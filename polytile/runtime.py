@@ -347,7 +347,7 @@ class CompiledModel:
             kind = np.dtype(s.dtype).kind
             if number in limits:
                 feeds[s.name] = rng.integers(0, max(limits[number], 1), s.shape).astype(s.dtype)
-            elif kind == "f":
+            elif kind == "f" or s.dtype == "bfloat16":  # numpy calls bfloat16 kind V
                 feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
             elif kind == "b":
                 feeds[s.name] = rng.integers(0, 2, s.shape).astype(bool)

@@ -99,6 +99,13 @@ def test_session_takes_and_returns_bfloat16_arrays() -> None:
         sess.run(None, {"x": wide(x)})
 
 
+def test_random_inputs_are_normal_floats() -> None:
+    """`polytile run --fill random` feeds a bfloat16 input normal values, not integers."""
+    model, _ = dense_softmax(batch=4)
+    (x,) = pt.compile(model).random_inputs(seed=1).values()
+    assert x.dtype == BF16 and (wide(x) != np.round(wide(x))).any() and (wide(x) < 0).any()
+
+
 def test_each_op_rounds_inside_a_fused_kernel() -> None:
     """(x + d) - x with d below half of x's bfloat16 ulp: x + d rounds back to x, so 0;
     a kernel keeping the float32 sum would give d. Max, Mul and Div chain as well."""
