@@ -54,6 +54,26 @@ def index_limits(kernel: Kernel) -> dict[str, int]:
     return limits
 
 
+def random_inputs(kernel: Kernel, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random inputs of a kernel: floats N(0, 1), integers in [0, 3), except that
+    the tensors it loads as indices hold valid ones (a kernel run alone has no index
+    check before it)."""
+    rng = np.random.default_rng(seed)
+    limits = index_limits(kernel)
+    inputs = {}
+    for t in kernel.tensors.values():
+        if t.role is not Role.INPUT:
+            continue
+        if t.name in limits:
+            values = rng.integers(0, max(limits[t.name], 1), t.shape)
+        elif np.dtype(t.dtype).kind == "f":
+            values = rng.standard_normal(t.shape)
+        else:
+            values = rng.integers(0, 3, t.shape)
+        inputs[t.name] = values.astype(t.dtype)
+    return inputs
+
+
 class LoadedKernel:
     """A kernel's machine code loaded into this process: `kernel(inputs)` runs it and
     returns every buffer afterwards. The code may come from elsewhere (a Dask worker built
@@ -89,19 +109,8 @@ class LoadedKernel:
         return {t.name: buffers[t.name] for t in self.kernel.outputs()}
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Seeded random inputs; those the kernel loads as indices hold valid ones (a
-        kernel run alone has no index check before it)."""
-        rng = np.random.default_rng(seed)
-        limits = index_limits(self.kernel)
-        return {
-            t.name: (
-                rng.integers(0, max(limits[t.name], 1), t.shape)
-                if t.name in limits
-                else rng.standard_normal(t.shape)
-            ).astype(t.dtype)
-            for t in self.kernel.tensors.values()
-            if t.role is Role.INPUT
-        }
+        """Seeded random inputs, index tensors within their axes (`random_inputs`)."""
+        return random_inputs(self.kernel, seed)
 
     def benchmark(
         self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10, number: int = 1

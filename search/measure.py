@@ -172,26 +172,14 @@ def preludes(
     return tuple(found)
 
 
-def _random_inputs(kernel: Kernel, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for t in kernel.tensors.values():
-        if t.role is Role.INPUT:
-            if np.dtype(t.dtype).kind == "f":
-                inputs[t.name] = rng.standard_normal(t.shape).astype(t.dtype)
-            else:
-                inputs[t.name] = rng.integers(0, 3, t.shape).astype(t.dtype)
-    return inputs
-
-
 def reference_outputs(
     schedule: Schedule, target: Target, seed: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Seeded random inputs of a kernel and its outputs under `schedule` (the default
     schedule): what `Measurer.set_task` verifies every candidate against."""
-    from polytile.codegen.native import NativeKernel
+    from polytile.codegen.native import NativeKernel, random_inputs
 
-    inputs = _random_inputs(schedule.kernel, seed)
+    inputs = random_inputs(schedule.kernel, seed)
     buffers = NativeKernel(schedule, target)(inputs)
     return inputs, {t.name: buffers[t.name] for t in schedule.kernel.outputs()}
 
@@ -352,14 +340,14 @@ def _ready(preludes: Sequence[Prelude], target: Target, config: MeasureConfig) -
     (the built ones, a message naming any that failed to build, which are left out)."""
     if not config.runs_producers:
         return (), ""
-    from polytile.codegen.native import NativeKernel
+    from polytile.codegen.native import NativeKernel, random_inputs
     from polytile.poly.transform import replay
 
     ready, failed = [], []
     for i, p in enumerate(preludes):
         try:
             made_by = NativeKernel(replay(p.kernel, list(p.trace)), target)
-            made = made_by.buffers(_random_inputs(p.kernel, i))
+            made = made_by.buffers(random_inputs(p.kernel, i))
             made_by.run_on(made)
         except Exception as err:  # the default schedule of a model's kernel: a bug
             failed.append(f"{p.kernel.name}: {type(err).__name__}: {err}")

@@ -282,9 +282,9 @@ class Tuner:
             state.built[key] = state.space.build(decisions)
         return state.built[key]
 
-    def _borrowed(self, state: TaskState) -> list[Candidate]:
+    def _borrowed(self, state: TaskState, exclude: frozenset[str] = frozenset()) -> list[Candidate]:
         """The best decisions of the other tasks of the same kind, as candidates of this
-        one that were never measured (one per distinct trace)."""
+        one that were never measured nor are in `exclude` (one per distinct trace)."""
         found: dict[str, Candidate] = {}
         for other in self.states:
             if other is state or other.task.kind != state.task.kind:
@@ -297,15 +297,19 @@ class Tuner:
                 continue
             candidate = self._build(state, state.space.complete(best.decisions))
             key = trace_key(candidate.trace)
-            if key not in state.seen:
+            if key not in state.seen and key not in exclude:
                 found.setdefault(key, candidate)
         return list(found.values())
 
-    def propose(self, state: TaskState, count: int) -> list[Candidate]:
+    def propose(
+        self, state: TaskState, count: int, exclude: frozenset[str] = frozenset()
+    ) -> list[Candidate]:
+        """`count` candidates never measured and not in `exclude` (the traces already in
+        this batch), all distinct."""
         found: list[Candidate] = []
-        keys: set[str] = set()
+        keys: set[str] = set(exclude)
         evolutionary = self.strategy == "evolutionary"
-        borrowed = self._borrowed(state) if evolutionary and count > 1 else []
+        borrowed = self._borrowed(state, exclude) if evolutionary and count > 1 else []
         keys.update(trace_key(c.trace) for c in borrowed)
         pool = self.pool * count if evolutionary else count
         parents = self._parents(state) if evolutionary else []
@@ -409,7 +413,8 @@ class Tuner:
         if state.baseline is None:
             traces.append(state.default_trace)
             candidates.append(None)
-        for candidate in self.propose(state, batch - len(traces)):
+        batched = frozenset(trace_key(t) for t in traces)
+        for candidate in self.propose(state, batch - len(traces), batched):
             traces.append(candidate.trace)
             candidates.append(candidate)
         state.rounds += 1

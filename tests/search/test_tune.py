@@ -119,6 +119,28 @@ def test_same_seed_and_records_propose_the_same_candidates(tmp_path: Path) -> No
     assert proposals(6, "random") != proposals(5, "random")
 
 
+def test_a_batch_measuring_the_default_never_proposes_it_again(tmp_path: Path) -> None:
+    """The first batch of a task measures the default schedule; mutations of the default
+    decisions often rebuild its trace, which must not be measured a second time in that
+    batch (the run round passes the batch's traces as excluded)."""
+    from polytile.codegen.target import host
+    from polytile.search.cost_model import RandomModel
+    from polytile.search.records import trace_key
+    from polytile.search.tune import Tuner
+
+    tuner = Tuner(
+        extract_tasks(model()), RecordFile(tmp_path / "r.jsonl"), host(1), 0, model=RandomModel(0)
+    )
+    state = tuner.states[0]
+
+    def hits(exclude: frozenset[str]) -> int:
+        rounds = (tuner.propose(state, 6, exclude) for _ in range(10))
+        return sum(state.default_key in [trace_key(c.trace) for c in r] for r in rounds)
+
+    assert hits(frozenset()) > 0  # the collision is real for this seed
+    assert hits(frozenset({state.default_key})) == 0
+
+
 KILL_SCRIPT = """
 import sys
 from polytile.search.measure import MeasureConfig
