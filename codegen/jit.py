@@ -95,6 +95,11 @@ def check_runnable(bitcode: bytes, target: Target) -> None:
             )
 
 
+#: below this much LLVM IR text in all, compiling serially beats starting worker processes
+#: (a one-op model's few small modules compile faster than a pool forks)
+SERIAL_CHARS = 200_000
+
+
 def _compile_args(args: tuple[str, Target, bool]) -> Part:
     return compile_part(*args)
 
@@ -104,10 +109,12 @@ def compile_parts(
 ) -> list[Part]:
     """Compile modules on several processes (llvmlite serializes every call into LLVM
     behind one lock, so threads would not help); forked workers share the parent's
-    initialized LLVM. Serial where fork is unavailable or for a single module."""
+    initialized LLVM. Serial where fork is unavailable, for a single module or for little
+    IR in all."""
     workers = min(workers or default_threads(), len(texts))
     jobs = [(t, target, pic) for t in texts]
-    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+    small = sum(len(t) for t in texts) < SERIAL_CHARS
+    if workers <= 1 or small or "fork" not in mp.get_all_start_methods():
         return [_compile_args(j) for j in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -len(texts[i]))  # biggest first
     with mp.get_context("fork").Pool(workers) as pool:
