@@ -40,6 +40,25 @@ def subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
     return None
 
 
+def outer_reads(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs read from the enclosing graph (their implicit inputs)."""
+    found: set[str] = set()
+
+    def visit(graph: onnx.GraphProto, defined: set[str]) -> None:
+        defined = defined | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        for inner in graph.node:
+            found.update(i for i in inner.input if i and i not in defined)
+            for attr in inner.attribute:
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    visit(sub, defined)
+            defined |= set(inner.output)
+
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            visit(sub, set())
+    return found
+
+
 def _rename_graph(graph: onnx.GraphProto, names: dict[str, str]) -> None:
     """Rename, in place, the outer values a nested subgraph reads."""
     for node in graph.node:

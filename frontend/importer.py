@@ -21,7 +21,15 @@ from onnx import external_data_helper
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
-from .control import CONTROL_FLOW, bind_outputs, inline, loop_iterations, scan_nodes, subgraph
+from .control import (
+    CONTROL_FLOW,
+    bind_outputs,
+    inline,
+    loop_iterations,
+    outer_reads,
+    scan_nodes,
+    subgraph,
+)
 from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .onnx_io import attribute_value, constant_arrays, onnx_to_dtype
@@ -347,6 +355,7 @@ def parameter_inputs(source: ModelSource) -> set[str]:
         if node is None or (op is not None and not op.needs_values):
             continue  # Shape reads only its input's type
         pending.extend(i for i in node.input if i)
+        pending.extend(outer_reads(node))  # an If branch reading the size it returns
     return found
 
 

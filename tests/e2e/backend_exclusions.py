@@ -51,10 +51,6 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 BUGS: dict[str, str] = {
-    r"^test_affine_grid_[23]d(?:_align_corners)?_expanded$": (
-        "frontend.importer.parameter_inputs does not follow the outer-scope reads of If "
-        "branches: 'size' sets ConstantOfShape / Expand shapes through If outputs, unbound"
-    ),
     r"^test_attention_4d_causal_fp16(?:_expanded)?$": (
         "float16 Softmax (poly/lower/nn.py) is 1 float16 ulp off onnx's float16-step "
         "reference (computed more exactly); the MatMul after it takes that past rtol 1e-3"

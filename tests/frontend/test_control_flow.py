@@ -159,3 +159,34 @@ def test_loop_with_a_data_dependent_exit_is_refused_naming_the_node() -> None:
         UnsupportedOpError, match=r"Loop \(its exit condition is only known at run time\): the_loop"
     ):
         import_model(_loop_model(3, exit_on_data=True))
+
+
+def test_parameter_inputs_follow_the_reads_of_if_branches() -> None:
+    """An If branch that returns a graph input which sets a shape makes that input a
+    parameter, though the If node does not list it among its inputs."""
+    from polytile.frontend.importer import parameter_inputs
+
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["shape"], ["s"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+    )
+    nodes = [
+        helper.make_node("If", ["go"], ["target"], then_branch=branch, else_branch=branch),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, [2, 6]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=[numpy_helper.from_array(np.array(True), "go")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert parameter_inputs(model) == {"shape"}
+    bound = import_model(model, bind={"shape": np.array([3, 4], np.int64)})
+    assert bound.types["y"].shape == (3, 4)
