@@ -413,11 +413,11 @@ class Instance:
 
     def no_bf16_arithmetic(self, op: str, dtype: str) -> None:
         """bfloat16 arithmetic is float32 arithmetic between casts (the frontend pass
-        `widen_bfloat16` puts them in): here it would compute on bits."""
+        `widen_low_precision` puts them in): here it would compute on bits."""
         if dtype == BF16:
             raise CodegenError(
                 f"statement {self.stmt.name}: {op} of bfloat16 has no code generation "
-                "(the frontend pass widen_bfloat16 computes it in float32)"
+                "(the frontend pass widen_low_precision computes it in float32)"
             )
 
     def constant_power(self, x: ir.Value, exponent: float, dtype: str) -> ir.Value | None:

@@ -2,9 +2,9 @@
 
 An op's own numpy `evaluate` is used when it has one (fast, for the shape-chain ops); any
 other op falls back to onnx's reference evaluator on a one-node model, which is slower but
-exact. The result must match the inferred type: a mismatch is a polytile bug. bfloat16 is
-computed in float32 and rounded to bfloat16 at the end, as the ONNX spec says (and as the
-compiled code does, frontend/bfloat16.py); only Cast converts it directly.
+exact. The result must match the inferred type: a mismatch is a polytile bug. bfloat16 and
+float16 are computed in float32 and rounded at the end, as the compiled code does
+(frontend/widen.py); only Cast converts them directly.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from onnx.reference import ReferenceEvaluator
 from .graph import TensorType
 from .onnx_io import dtype_to_onnx, node_to_proto
 from .ops import OPS, InferContext
-
-BF16 = "bfloat16"
+from .widen import NATIVE, WIDENED
 
 
 def evaluate_node(ctx: InferContext, out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
@@ -55,14 +54,18 @@ def try_evaluate(ctx: InferContext, out_types: list[TensorType]) -> tuple[np.nda
 
 
 def _widened(ctx: InferContext) -> InferContext:
-    """The context with bfloat16 inputs as float32 (exact), except for Cast."""
+    """The context with bfloat16 and float16 inputs as float32 (exact), as the compiled
+    code computes them (frontend/widen.py)."""
     types, values = ctx.input_types, ctx.values
-    if ctx.node.op_type == "Cast" or not any(t is not None and t.dtype == BF16 for t in types):
+    if ctx.node.op_type in NATIVE or not any(t is not None and t.dtype in WIDENED for t in types):
         return ctx
     return InferContext(
         ctx.node,
-        [TensorType(t.shape, "float32") if t is not None and t.dtype == BF16 else t for t in types],
-        [v.astype(np.float32) if v is not None and v.dtype.name == BF16 else v for v in values],
+        [
+            TensorType(t.shape, "float32") if t is not None and t.dtype in WIDENED else t
+            for t in types
+        ],
+        [v.astype(np.float32) if v is not None and v.dtype.name in WIDENED else v for v in values],
         ctx.opset,
         ctx.model,
     )

@@ -39,7 +39,7 @@ SUPPORTED_DTYPES = frozenset(
         "bool",
     }
 )
-#: bfloat16 is a storage type: its arithmetic is float32's, rounded (frontend/bfloat16.py)
+#: bfloat16 is a storage type: its arithmetic is float32's, rounded (frontend/widen.py)
 FLOAT_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 

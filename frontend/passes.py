@@ -15,10 +15,10 @@ import numpy as np
 
 from polytile.errors import InputError
 
-from .bfloat16 import widen_bfloat16
 from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .ops import OPS, InferContext, OpKind
+from .widen import widen_low_precision
 
 
 @dataclass(frozen=True)
@@ -435,7 +435,7 @@ def mark_views(graph: Graph) -> Graph:
 
 
 PASSES: tuple[Pass, ...] = (
-    Pass("widen_bfloat16", widen_bfloat16, "bfloat16 computes in float32, rounded (ONNX spec)"),
+    Pass("widen_low_precision", widen_low_precision, "16-bit floats compute in float32, rounded"),
     Pass(
         "fold_constants",
         fold_constants,

@@ -1,12 +1,15 @@
-"""bfloat16 arithmetic as the ONNX spec defines it: computed in float32, rounded to bfloat16.
+"""16-bit floats computed in float32 and rounded once per op, as the ONNX spec says of
+bfloat16 and as onnxruntime computes float16 wherever it has no float16 kernel.
 
-bfloat16 is a storage type here. `widen_bfloat16` rewrites every node that reads or writes
-bfloat16 tensors (except casts and views, which do no arithmetic) into the same node on
-float32 tensors, between a Cast of each bfloat16 input to float32 (exact) and a Cast of each
-output back to bfloat16 (round to nearest even, NaN stays NaN). The casts are elementwise,
-so fusion puts them inside the node's kernel: a bfloat16 tensor is read and written as
-bfloat16, and everything in between is float32. Only `Cast` kernels and copies ever see
-bfloat16 in the poly and codegen stages (codegen/values.py converts it with shifts).
+bfloat16 and float16 are storage types here. `widen_low_precision` rewrites every node that
+reads or writes them (except casts and views, which do no arithmetic) into the same node on
+float32 tensors, between a Cast of each 16-bit input to float32 (exact) and a Cast of each
+output back (round to nearest even, NaN stays NaN). The casts are elementwise, so fusion
+puts them inside the node's kernel: a 16-bit tensor is read and written as 16 bits, and
+everything in between is float32, with one rounding per op: float16 matches onnxruntime's
+results to the bit where step-by-step float16 arithmetic (an Elu's exp(x) - 1) was several
+ulps off. Only `Cast` kernels and copies see these dtypes in the poly and codegen stages
+(codegen/bfloat16.py converts bfloat16 with shifts; LLVM has float16's `half`).
 """
 
 from __future__ import annotations
@@ -17,23 +20,23 @@ import onnx
 from .graph import Graph, Node, TensorType, readonly, unique_name
 from .ops import OPS, OpKind
 
-BF16 = "bfloat16"
-#: ops that read only a tensor's type, or convert it themselves (codegen rounds)
-_NATIVE = frozenset({"Cast", "Shape", "Size"})
+#: dtype → its ONNX element type, for the attributes that name one
+WIDENED = {"bfloat16": onnx.TensorProto.BFLOAT16, "float16": onnx.TensorProto.FLOAT16}
+#: ops that read only a tensor's type, or convert it themselves (codegen rounds), and
+#: Range, always folded (its values set its shape), which has a stash_type of its own
+NATIVE = frozenset({"Cast", "Shape", "Size", "Range"})
 #: attributes that name an output element type (EyeLike, Random*, ...)
 _DTYPE_ATTRS = ("dtype",)
 
 
-def widen_bfloat16(graph: Graph) -> Graph:
-    """The graph with every bfloat16 computation done in float32 between casts."""
-    if not any(t.dtype == BF16 for t in graph.types.values()) and not any(
-        _attrs_name_bf16(n) for n in graph.nodes
-    ):
+def widen_low_precision(graph: Graph) -> Graph:
+    """The graph with every bfloat16 / float16 computation done in float32 between casts."""
+    if not any(_computes_narrow(n, graph) for n in graph.nodes):
         return graph
     taken = set(graph.types) | {n.name for n in graph.nodes}
     types = dict(graph.types)
     constants = dict(graph.constants)
-    widened: dict[str, str] = {}  # bfloat16 tensor -> its float32 copy
+    widened: dict[str, str] = {}  # 16-bit tensor -> its float32 copy
     nodes: list[Node] = []
 
     def float32_of(name: str, node: Node) -> str:
@@ -48,20 +51,21 @@ def widen_bfloat16(graph: Graph) -> Graph:
         return widened[name]
 
     for node in graph.nodes:
-        if not _computes_bf16(node, graph):
+        if not _computes_narrow(node, graph):
             nodes.append(node)
             continue
         inputs = tuple(
-            float32_of(i, node) if i and types[i].dtype == BF16 else i for i in node.inputs
+            float32_of(i, node) if i and types[i].dtype in WIDENED else i for i in node.inputs
         )
         outputs = []
         rounds = []
         for out in node.outputs:
-            if out and types[out].dtype == BF16:
+            dtype = types[out].dtype if out else ""
+            if dtype in WIDENED:
                 wide = unique_name(f"{out}_f32", taken)
                 types[wide] = TensorType(types[out].shape, "float32")
                 outputs.append(wide)
-                rounds.append(_cast(unique_name(f"{node.name}_round", taken), wide, out, BF16))
+                rounds.append(_cast(unique_name(f"{node.name}_round", taken), wide, out, dtype))
             else:
                 outputs.append(out)
         attrs = _float32_attrs(node)
@@ -70,33 +74,33 @@ def widen_bfloat16(graph: Graph) -> Graph:
     return graph.replace(nodes=tuple(nodes), types=types, constants=constants)
 
 
-def _computes_bf16(node: Node, graph: Graph) -> bool:
-    if node.op_type in _NATIVE:
+def _computes_narrow(node: Node, graph: Graph) -> bool:
+    if node.op_type in NATIVE:
         return False
     op = OPS.get(node.op_type)
     if op is not None and op.kind is OpKind.VIEW:
         return False
     tensors = [t for t in (*node.inputs, *node.outputs) if t]
-    return any(graph.types[t].dtype == BF16 for t in tensors) or _attrs_name_bf16(node)
+    return any(graph.types[t].dtype in WIDENED for t in tensors) or _attrs_name_narrow(node)
 
 
-def _attrs_name_bf16(node: Node) -> bool:
+def _attrs_name_narrow(node: Node) -> bool:
     for key, value in node.attrs.items():
-        if key in _DTYPE_ATTRS and value == onnx.TensorProto.BFLOAT16 and node.op_type != "Cast":
+        if key in _DTYPE_ATTRS and value in WIDENED.values():
             return True
-        if isinstance(value, np.ndarray) and value.dtype.name == BF16:
+        if isinstance(value, np.ndarray) and value.dtype.name in WIDENED:
             return True
     return False
 
 
 def _float32_attrs(node: Node) -> dict[str, object]:
-    """The node's attributes with bfloat16 types and tensors (ConstantOfShape's value)
-    made float32: the node now computes float32."""
+    """The node's attributes with 16-bit types and tensors (ConstantOfShape's value) made
+    float32: the node now computes float32."""
     attrs = dict(node.attrs)
     for key, value in node.attrs.items():
-        if key in _DTYPE_ATTRS and value == onnx.TensorProto.BFLOAT16:
+        if key in _DTYPE_ATTRS and value in WIDENED.values():
             attrs[key] = onnx.TensorProto.FLOAT
-        elif isinstance(value, np.ndarray) and value.dtype.name == BF16:
+        elif isinstance(value, np.ndarray) and value.dtype.name in WIDENED:
             attrs[key] = readonly(value.astype(np.float32))
     return attrs
 

@@ -212,7 +212,7 @@ def test_arithmetic_on_bfloat16_bits_is_refused() -> None:
     from polytile.poly.dsl import kernel
 
     k = kernel("Y[i] = A[i] + A[i]", A=(8,), dtype="bfloat16")
-    with pytest.raises(CodegenError, match=r"add of bfloat16 .*widen_bfloat16"):
+    with pytest.raises(CodegenError, match=r"add of bfloat16 .*widen_low_precision"):
         NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)), host())
 
 
