@@ -157,13 +157,15 @@ def _lines(path: Path) -> list[str]:
 
 
 def test_sigkill_mid_batch_loses_no_committed_record(tmp_path: Path) -> None:
+    """Killed mid-batch on a model of two tasks, then resumed: every committed line is
+    still there and no (task, candidate) is measured twice."""
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    onnx.save(model(), tmp_path / "m.onnx")
+    onnx.save(two_matmuls(), tmp_path / "m.onnx")
     path = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_SCRIPT, str(tmp_path / "m.onnx"), str(path)],
@@ -181,12 +183,13 @@ def test_sigkill_mid_batch_loses_no_committed_record(tmp_path: Path) -> None:
         proc.wait(30)
     committed = _lines(path)
     assert 3 <= len(committed) < 40
-    tune(model(), trials=4, records=str(path), seed=1, batch=3, progress=False)
+    tune(two_matmuls(), trials=6, records=str(path), seed=1, batch=3, progress=False)
     after = _lines(path)
     assert after[: len(committed)] == committed  # no committed record lost
     records = RecordFile(path).read()
-    assert len(records) == len(committed) + 4
-    keys = [r.trace_key() for r in records]
+    assert len(records) == len(committed) + 6
+    assert len({r.workload for r in records}) == 2
+    keys = [(r.workload, r.trace_key()) for r in records]
     assert len(set(keys)) == len(keys)  # no candidate measured twice
 
 
