@@ -142,11 +142,18 @@ def _attention_check(ctx: InferContext) -> tuple[int, int, int, int]:
     q, k, v = ctx.type(0), ctx.type(1), ctx.type(2)
     if not q.rank == k.rank == v.rank or q.rank not in (3, 4):
         raise ctx.error(f"Q, K and V must all be 3-D or all 4-D, got {q}, {k}, {v}")
-    if ctx.has_input(6):
-        raise ctx.unsupported("input 6 (nonpad_kv_seqlen) is not supported")
     for index in (4, 5):
         if ctx.has_input(index) != ctx.has_input(9 - index):
             raise ctx.error("past_key and past_value must be given together")
+    if ctx.has_input(6):
+        lengths = ctx.type(6)
+        if lengths.dtype != "int64" or lengths.shape != (q.shape[0],):
+            raise ctx.error(
+                f"nonpad_kv_seqlen (input 6) is {lengths}; expected int64 of shape "
+                f"[{q.shape[0]}] (one length per batch)"
+            )
+        if ctx.has_input(4):
+            raise ctx.error("nonpad_kv_seqlen (input 6) cannot be combined with past_key")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ctx.unsupported(
             f"Q, K and V have dtypes {q.dtype}, {k.dtype}, {v.dtype}; only equal ones are supported"
@@ -178,6 +185,43 @@ def _attention_check(ctx: InferContext) -> tuple[int, int, int, int]:
     if precision and precision not in PRECISIONS:
         raise ctx.unsupported(f"attribute softmax_precision={precision} is not supported")
     return hq, hkv, dq, dv
+
+
+def _windowed(ctx: InferContext) -> bool:
+    """Whether a causal or window frontier limits the keys of each query."""
+    return bool(
+        ctx.attr_int("is_causal", 0)
+        or ctx.attr_int("left_window_size", -1) >= 0
+        or ctx.attr_int("right_window_size", -1) >= 0
+    )
+
+
+def _nonpad_bias(g: _Subgraph, dtype: str, q_len: int, kv_len: int) -> str:
+    """The run-time 0 / -inf bias of nonpad_kv_seqlen, (batch, 1, q_len or 1, kv_len): key
+    j is padding iff j >= length[b]; query i sits at position length[b] - q_len + i, so
+    causal allows j <= length[b] - q_len + i, i.e. j - i + q_len - 1 < length[b], and the
+    windows bound length[b] - q_len + i - j by left and j - (length[b] - q_len + i) by
+    right."""
+    ctx = g.ctx
+    batch = ctx.shape(0)[0]
+    lengths = g.op("Reshape", (ctx.node.inputs[6], g.ints("lengths_shape", [batch, 1, 1, 1])))
+    j = np.arange(kv_len, dtype=np.int64).reshape(1, 1, 1, kv_len)
+    i = np.arange(q_len, dtype=np.int64).reshape(1, 1, q_len, 1)
+    allowed = g.op("Less", (g.const("key_index", j), lengths))
+    tests: list[tuple[np.ndarray, bool]] = []  # (table, table < length) else length < table
+    if ctx.attr_int("is_causal", 0):
+        tests.append((j - i + q_len - 1, True))
+    left, right = ctx.attr_int("left_window_size", -1), ctx.attr_int("right_window_size", -1)
+    if left >= 0:
+        tests.append((j - i + q_len + left + 1, False))
+    if right >= 0:
+        tests.append((j - i + q_len - right - 1, True))
+    for table, below in tests:
+        bound = g.const("frontier_index", table)
+        test = g.op("Less", (bound, lengths) if below else (lengths, bound))
+        allowed = g.op("And", (allowed, test))
+    zero, neg_inf = np.array(0.0, dtype), np.array(-np.inf, dtype)
+    return g.op("Where", (allowed, g.const("zero", zero), g.const("neg_inf", neg_inf)))
 
 
 def _frontier_bias(ctx: InferContext, q_len: int, kv_len: int, offset: int) -> np.ndarray | None:
@@ -308,29 +352,24 @@ def _onnx_type(dtype: str) -> int:
 def _bias_shape(ctx: InferContext, q_len: int, kv_len: int) -> tuple[int, ...]:
     """The shape of the additive bias: the mask's, its last axis the keys', broadcast with
     the (q_len, kv_len) frontier when there is one."""
-    shape: tuple[int, ...] = (q_len, kv_len)
+    parts: list[tuple[int, ...]] = []
     if ctx.has_input(3):
         mask = ctx.shape(3)
-        padded = (*mask[:-1], kv_len) if mask else (kv_len,)
-        rank = max(len(padded), 2)
-        a = (1,) * (rank - len(padded)) + padded
-        if (
-            ctx.attr_int("is_causal", 0)
-            or ctx.attr_int("left_window_size", -1) >= 0
-            or (ctx.attr_int("right_window_size", -1) >= 0)
-        ):
-            b = (1,) * (rank - 2) + shape
-            shape = tuple(max(x, y) for x, y in zip(a, b, strict=True))
-        else:
-            shape = padded
-    return shape
+        parts.append((*mask[:-1], kv_len) if mask else (kv_len,))
+    if ctx.has_input(6):
+        parts.append((ctx.shape(0)[0], 1, q_len if _windowed(ctx) else 1, kv_len))
+    elif _windowed(ctx) or not parts:
+        parts.append((q_len, kv_len))
+    rank = max(len(p) for p in parts)
+    full = [(1,) * (rank - len(p)) + p for p in parts]
+    return tuple(max(sizes) for sizes in zip(*full, strict=True))
 
 
 def _bias(
     ctx: InferContext, g: _Subgraph, dtype: str, q_len: int, kv_len: int, past: int
 ) -> tuple[str | None, np.ndarray | None]:
     """The additive bias tensor and, when known at compile time, its value."""
-    frontier = _frontier_bias(ctx, q_len, kv_len, past)
+    frontier = None if ctx.has_input(6) else _frontier_bias(ctx, q_len, kv_len, past)
     mask = value = None
     if ctx.has_input(3):
         mask = ctx.node.inputs[3]
@@ -359,6 +398,9 @@ def _bias(
             mask = g.op("Concat", (mask, g.const("mask_fill", fill)), axis=-1)
             if value is not None:
                 value = np.concatenate([value, fill], axis=-1)
+    if ctx.has_input(6):
+        padding = _nonpad_bias(g, dtype, q_len, kv_len)
+        return (padding if mask is None else g.op("Add", (mask, padding))), None
     if frontier is None:
         return mask, value
     frontier = frontier.astype(dtype)

@@ -41,9 +41,6 @@ UNSUPPORTED: dict[str, str] = {
     ),
     r"^test_maxpool_with_argmax": "MaxPool's Indices output is not supported",
     r"^test_resize_\w+_antialias$": "Resize antialias=1 is not supported",
-    r"^test_attention_\w*(?:nonpad|padded_kv|ext_cache)\w*(?<!_expanded)$": (
-        "Attention's nonpad_kv_seqlen input (opset 24) is not supported"
-    ),
     r"^test_if$": "If whose condition is only known at run time (a graph input)",
     r"^test_(?:loop11|range_\w+_expanded)$": (
         "Loop whose trip count is only known at run time (a graph input)"

@@ -1,7 +1,8 @@
 """Attention and RotaryEmbedding (opset 23) compiled to native code on cases the ONNX node
 tests miss (grouped-query heads with a causal frontier and a run-time bool mask, 3-D
 inputs with a cache and a short mask, every qk_matmul_output_mode with softcap, fully
-masked rows, partial interleaved rotation of 3-D input), against onnxruntime and onnx's
+masked rows, per-batch nonpad_kv_seqlen with causal and window frontiers, partial
+interleaved rotation of 3-D input), against onnxruntime and onnx's
 reference evaluator."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import polytile as pt
-from polytile.errors import PolytileError, UnsupportedOpError
+from polytile.errors import PolytileError
 
 RNG = np.random.default_rng(23)
 
@@ -132,11 +133,61 @@ def test_fully_masked_row_gives_zeros() -> None:
     close([got], reference(m, feeds))
 
 
-def test_nonpad_kv_seqlen_is_refused_by_name() -> None:
+@pytest.mark.parametrize("causal", [0, 1])
+def test_gqa_nonpad_kv_seqlen_against_onnxruntime(causal: int) -> None:
+    """Per-batch valid key counts (an external cache): padding keys never attend, and the
+    causal frontier ends each batch's block at its own length."""
+    feeds = {
+        "Q": normal(3, 4, 3, 8),
+        "K": normal(3, 2, 7, 8),
+        "V": normal(3, 2, 7, 6),
+        "lengths": np.array([4, 7, 3], np.int64),
+    }
+    node = helper.make_node(
+        "Attention", ["Q", "K", "V", "", "", "", "lengths"], ["Y"], is_causal=causal
+    )
+    m = model(node, feeds, ["Y"], opset=24)
+    got = pt.compile(m).run(feeds)
+    close(got, reference(m, feeds))
+    close(got, ort_run(m, feeds), 1e-4)
+    # padding keys are ignored: changing them changes nothing
+    feeds["K"][0, :, 4:] = 100.0
+    feeds["V"][2, :, 3:] = -100.0
+    close(pt.compile(m).run(feeds), got)
+
+
+def test_3d_nonpad_with_float_mask_window_and_scores() -> None:
+    """3-D inputs, a short float mask, a left window moving with each batch's length, and
+    qk_matmul_output with the bias (mode 2); a batch with length 0 gives zero rows."""
+    feeds = {
+        "Q": normal(2, 2, 12),
+        "K": normal(2, 6, 6),
+        "V": normal(2, 6, 4),
+        "mask": normal(2, 5),
+        "lengths": np.array([5, 0], np.int64),
+    }
+    node = helper.make_node(
+        "Attention",
+        ["Q", "K", "V", "mask", "", "", "lengths"],
+        ["Y", "", "", "scores"],
+        q_num_heads=4,
+        kv_num_heads=2,
+        is_causal=1,
+        left_window_size=2,
+        qk_matmul_output_mode=2,
+    )
+    m = model(node, feeds, ["Y", "scores"], opset=25)
+    got = pt.compile(m).run(feeds)
+    assert np.all(got[0][1] == 0)
+    close(got, reference(m, feeds))
+
+
+def test_nonpad_kv_seqlen_with_past_key_is_an_error() -> None:
     feeds = {"Q": normal(1, 1, 2, 4), "K": normal(1, 1, 3, 4), "V": normal(1, 1, 3, 4)}
+    feeds |= {"pk": normal(1, 1, 2, 4), "pv": normal(1, 1, 2, 4)}
     feeds["lengths"] = np.array([2], np.int64)
-    node = helper.make_node("Attention", ["Q", "K", "V", "", "", "", "lengths"], ["Y"])
-    with pytest.raises(UnsupportedOpError, match="nonpad_kv_seqlen"):
+    node = helper.make_node("Attention", ["Q", "K", "V", "", "pk", "pv", "lengths"], ["Y"])
+    with pytest.raises(PolytileError, match="nonpad_kv_seqlen"):
         pt.compile(model(node, feeds, ["Y"], opset=24))
 
 
