@@ -391,6 +391,8 @@ class _Importer:
         self.nodes: list[Node] = []
         #: (node, op, reason) of every unsupported op or variant: all are reported at once
         self.refused: list[tuple[str, str, str]] = []
+        #: the errors of refused variants of supported ops (they name their node)
+        self.variants: list[UnsupportedOpError] = []
         #: outputs of refused nodes: nodes reading them are skipped, not reported
         self.poisoned: set[str] = set()
 
@@ -413,6 +415,8 @@ class _Importer:
             self.values[cname] = value
         inputs = self._graph_inputs()
         self._import_nodes(g.node, set())
+        if len(self.refused) == 1 and len(self.variants) == 1:
+            raise self.variants[0]  # its own message names the node and the variant
         if self.refused:
             raise_unsupported(self.name, self.refused)
         outputs = tuple(o.name for o in g.output)
@@ -455,6 +459,8 @@ class _Importer:
                     self._infer(new)
             except UnsupportedOpError as exc:
                 self.refused.extend(exc.unsupported or ((node_name, proto.op_type, str(exc)),))
+                if reason is None:
+                    self.variants.append(exc)
                 self.poisoned.update(outputs)
 
     def _add_constants(self, constants: Mapping[str, np.ndarray]) -> None:
@@ -467,8 +473,14 @@ class _Importer:
     def _known(self, tensor: str, proto: onnx.NodeProto, node_name: str, what: str) -> np.ndarray:
         if tensor and tensor in self.values:
             return self.values[tensor]
-        reason = f"its {what} is only known at run time"
-        raise UnsupportedOpError(reason, ((node_name, proto.op_type, reason),))
+        raise self._refusal(proto, node_name, f"its {what} is only known at run time")
+
+    def _refusal(self, proto: onnx.NodeProto, node_name: str, reason: str) -> UnsupportedOpError:
+        """A refused variant: the message names the node and the model."""
+        return UnsupportedOpError(
+            f"node '{node_name}' ({proto.op_type}) in model '{self.name}': {reason}",
+            ((node_name, proto.op_type, reason),),
+        )
 
     def _expand(
         self, proto: onnx.NodeProto, node_name: str, outputs: list[str], node_names: set[str]
@@ -487,7 +499,7 @@ class _Importer:
         trips_input = proto.input[0] if proto.input else ""
         if not trips_input:
             reason = "a Loop without a trip count runs until a data-dependent exit"
-            raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+            raise self._refusal(proto, node_name, reason)
         trips = int(self._known(trips_input, proto, node_name, "trip count").reshape(-1)[0])
         start = proto.input[1] if len(proto.input) > 1 else ""
         if start and not self._known(start, proto, node_name, "condition").reshape(-1)[0]:
@@ -499,8 +511,7 @@ class _Importer:
             self._add_constants(iteration.inlined.constants)
             self._import_nodes(iteration.inlined.nodes, node_names)
             if any(o in self.poisoned for o in iteration.inlined.outputs):
-                reason = "its body has unsupported nodes"
-                raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+                raise self._refusal(proto, node_name, "its body has unsupported nodes")
             final = list(iteration.inlined.outputs[1 : 1 + len(carried)])
             scans.append(list(iteration.inlined.outputs[1 + len(carried) :]))
             go_on = self._known(iteration.condition, proto, node_name, "exit condition")
@@ -509,7 +520,7 @@ class _Importer:
         scan_targets = outputs[len(carried) :]
         if any(scan_targets) and not scans:
             reason = "a Loop that runs no iteration has scan outputs of unknown shape"
-            raise UnsupportedOpError(reason, ((node_name, "Loop", reason),))
+            raise self._refusal(proto, node_name, reason)
         tail = bind_outputs(tuple(final), outputs[: len(carried)], node_name)
         tail += scan_nodes(scans, scan_targets, node_name, self.fresh)
         self._import_nodes(tail, node_names)
