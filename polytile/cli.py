@@ -184,9 +184,15 @@ def load_inputs(path: str | None, fill: str, model: CompiledModel, seed: int) ->
         return model.random_inputs(seed)
     try:
         with np.load(path) as data:
-            return {k: data[k] for k in data.files}
+            feeds = {k: data[k] for k in data.files}
     except (OSError, ValueError) as err:
         raise InputError(f"cannot read inputs from '{path}': {err}") from None
+    # numpy saves ml_dtypes arrays (bfloat16, float8, ...) as raw records of their size
+    for spec in model.manifest.inputs:
+        value, dtype = feeds.get(spec.name), np.dtype(spec.dtype)
+        if value is not None and value.dtype.kind == "V" and value.itemsize == dtype.itemsize:
+            feeds[spec.name] = value.view(dtype)
+    return feeds
 
 
 def compiled(model: str, args: argparse.Namespace) -> CompiledModel:

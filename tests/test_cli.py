@@ -115,6 +115,28 @@ def test_compile_then_run_a_saved_model(tmp_path: Path, capsys) -> None:
         np.testing.assert_array_equal(data["y"], np.maximum(x, 0))
 
 
+def test_run_reads_bfloat16_inputs_from_npz(tmp_path: Path) -> None:
+    """numpy saves a bfloat16 array as raw 2-byte records; run reads it back as one."""
+    import ml_dtypes
+    import numpy as np
+
+    path = tmp_path / "relu16.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, None)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.array([[-1.5, 2, -3], [4, -5, 6.25]], dtype=ml_dtypes.bfloat16)
+    np.savez(tmp_path / "in.npz", x=x)
+    out = tmp_path / "out.npz"
+    assert cli.main(["run", str(path), "-i", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    with np.load(out) as data:
+        y = data["y"].view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(y.astype(np.float32), np.maximum(x.astype(np.float32), 0))
+
+
 def test_run_profiles_the_kernel_calls(tmp_path: Path, capsys) -> None:
     path = write_model(tmp_path / "relu.onnx")
     assert cli.main(["run", str(path), "--profile", "3"]) == 0
