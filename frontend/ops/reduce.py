@@ -22,7 +22,7 @@ MAX_DTYPES = FLOAT_DTYPES | INTS | {"int8", "uint8", "uint32", "uint64", "bool"}
 ARG_DTYPES = FLOAT_DTYPES | INT_DTYPES
 #: ReduceProd / L1 / SumSquare allow unsigned 32 / 64-bit integers as well as ReduceSum's
 PROD_DTYPES = SUM_DTYPES | {"uint32", "uint64"}
-#: CumSum: float16 since opset 14; bfloat16 is not a polytile dtype
+#: CumSum: every float type (float16 and bfloat16 since opset 14), 32- and 64-bit integers
 CUMSUM_DTYPES = FLOAT_DTYPES | INTS | {"uint32", "uint64"}
 
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
