@@ -90,7 +90,8 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=list(zoo.NAMES))
+    static = [i.name for i in zoo.list_models() if not (i.quantized or i.symbolic)]
+    parser.add_argument("--models", nargs="*", default=static)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     rows = []

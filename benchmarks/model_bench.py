@@ -30,7 +30,10 @@ from polytile import zoo
 from polytile.codegen.target import host
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT = [n for n in zoo.NAMES if n != "vgg19"] + ["vgg19"]
+#: every static float model (int8 ones are refused, symbolic ones need sizes); VGG-19 last
+DEFAULT = [
+    i.name for i in zoo.list_models() if not (i.quantized or i.symbolic or i.name == "vgg19")
+] + ["vgg19"]
 #: turns each peer takes, and the pause before each turn (seconds)
 ROUNDS = 5
 PAUSE = 0.3
