@@ -19,13 +19,15 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
 
 
 def interleaved(
-    calls: Mapping[str, Callable[[], object]], turns: int, repeat: int
+    calls: Mapping[str, Callable[[], object]], turns: int, repeat: int, pause: float = 0.3
 ) -> dict[str, list[float]]:
     """Per peer, one time per turn: the best of `repeat` runs after a warm-up run; the
-    peers take their turns one after the other."""
+    peers take their turns one after the other, each after a `pause` in which the other
+    peers' spinning worker threads go to sleep (else they steal the cores)."""
     times: dict[str, list[float]] = {label: [] for label in calls}
     for _ in range(turns):
         for label, call in calls.items():
+            time.sleep(pause)
             call()
             best = float("inf")
             for _ in range(repeat):
