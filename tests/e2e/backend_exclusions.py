@@ -40,7 +40,6 @@ UNSUPPORTED: dict[str, str] = {
         "Dropout training mode with a non-zero ratio draws random numbers"
     ),
     r"^test_maxpool_with_argmax": "MaxPool's Indices output is not supported",
-    r"^test_resize_\w+_antialias$": "Resize antialias=1 is not supported",
     r"^test_if$": "If whose condition is only known at run time (a graph input)",
     r"^test_(?:loop11|range_\w+_expanded)$": (
         "Loop whose trip count is only known at run time (a graph input)"

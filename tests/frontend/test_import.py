@@ -102,7 +102,7 @@ def test_unknown_domain_and_all_unsupported_ops_and_variants_listed_at_once() ->
         helper.make_node("Det", ["x"], ["c"], name="det2"),
         helper.make_node("FancyOp", ["a"], ["d"], name="fancy", domain="com.example"),
         helper.make_node(
-            "Resize", ["img", "", "scales"], ["e"], name="resize_aa", mode="linear", antialias=1
+            "Resize", ["img", "", "scales"], ["e"], name="resize_aa", mode="nearest", antialias=1
         ),
     ]
     graph = helper.make_graph(

@@ -628,8 +628,9 @@ def test_bad_parameters_name_the_node(
         import_model(m)
 
 
-def test_resize_antialias_is_unsupported() -> None:
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="aa", mode="linear", antialias=1)
+def test_resize_nearest_antialias_is_unsupported() -> None:
+    """antialias filters linear and cubic only; with nearest it has no meaning."""
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="aa", mode="nearest", antialias=1)
     m = make([node], {"x": ((4, 4), F32)}, {"y": F32}, 18, {"s": np.array([0.5, 0.5], np.float32)})
     with pytest.raises(UnsupportedOpError, match=r"node 'aa' \(Resize\).*antialias"):
         import_model(m)

