@@ -1,6 +1,6 @@
 """Supported ONNX ops. Importing this package registers every op family."""
 
-from . import attention, elementwise, indexing, layout, nn, norm, reduce, resize, tensor  # noqa: F401  (each registers its ops)
+from . import attention, elementwise, indexing, layout, nn, norm, pool, reduce, resize, tensor  # noqa: F401  (each registers its ops)
 from .base import (
     OPS,
     InferContext,

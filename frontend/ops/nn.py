@@ -358,47 +358,6 @@ def _flag(ctx: InferContext, name: str) -> bool:
     return bool(value)
 
 
-def pool_window(ctx: InferContext) -> tuple[TensorType, Window]:
-    """An AveragePool / MaxPool node's output type and resolved window."""
-    x = ctx.type(0)
-    if x.rank < 3:
-        raise ctx.error(f"X has shape {list(x.shape)}; expected rank >= 3 (N, C, spatial...)")
-    kernel = ctx.attr_ints("kernel_shape")
-    if kernel is None:
-        raise ctx.error("attribute 'kernel_shape' is required")
-    window = _window(ctx, x.shape[2:], kernel, ceil_mode=_flag(ctx, "ceil_mode"))
-    return TensorType((*x.shape[:2], *window.out), x.dtype), window
-
-
-@register("AveragePool", OpKind.ANCHOR, dtypes=FLOATS)
-def _average_pool(ctx: InferContext) -> tuple[TensorType, ...]:
-    _flag(ctx, "count_include_pad")
-    return (pool_window(ctx)[0],)
-
-
-def _max_pool_canonicalize(ctx: InferContext, since: int) -> Rewrite:
-    _flag(ctx, "storage_order")
-    return _rewrite_outputs(ctx, 1, "Indices", storage_order=None)  # it only affects Indices
-
-
-@register("MaxPool", OpKind.ANCHOR, canonicalize=_max_pool_canonicalize, dtypes=POOL8_DTYPES)
-def _max_pool(ctx: InferContext) -> tuple[TensorType, ...]:
-    _require_outputs(ctx, 1, "Indices")
-    _flag(ctx, "storage_order")
-    return (pool_window(ctx)[0],)
-
-
-def _global_pool(ctx: InferContext) -> tuple[TensorType, ...]:
-    x = ctx.type(0)
-    if x.rank < 2:
-        raise ctx.error(f"X has shape {list(x.shape)}; expected rank >= 2 (N, C, spatial...)")
-    return (TensorType((*x.shape[:2], *(1,) * (x.rank - 2)), x.dtype),)
-
-
-register("GlobalAveragePool", OpKind.ANCHOR, dtypes=FLOATS)(_global_pool)
-register("GlobalMaxPool", OpKind.ANCHOR, dtypes=FLOATS)(_global_pool)
-
-
 # --- normalizations ------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from polytile.frontend.fusion import Group
 from polytile.frontend.graph import Graph
 
 from ..kernel import Kernel
-from . import elementwise, indexing, injective, layout, nn, norm, reduce, resize, rotary  # noqa: F401  (each registers lowerings)
+from . import elementwise, indexing, injective, layout, nn, norm, pool, reduce, resize, rotary  # noqa: F401  (each registers lowerings)
 from .base import LOWERINGS, LowerConfig, LowerContext, identifier, lower_group, lowering
 
 

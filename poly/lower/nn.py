@@ -1,17 +1,16 @@
-"""Compute definitions of the neural-network ops: convolutions, matrix products, pooling,
-softmax and normalizations.
+"""Compute definitions of the neural-network ops: convolutions, matrix products, global
+pooling, softmax and normalizations (MaxPool and AveragePool are in `lower.pool`).
 
 Every heavy op is a reduction statement (`reduction=` its combiner) over the output's
 dimensions followed by the reduced ones, preceded by its init statement (`init_of=`)
 writing the combiner's identity or a start value (a bias, `beta * C`). Padding is part of
 the domain: a window tap that falls outside the input is not a point of the reduction
-(`0 <= oh*s + kh*d - p < H`), so no statement loads out of bounds; only a pool sliding by
-one over long rows reads a padded copy of its input (`PAD_MIN_ROW`). The transposed
+(`0 <= oh*s + kh*d - p < H`), so no statement loads out of bounds. The transposed
 convolution is written in gather form: an output position reduces over the taps whose
 input position `(o + p - k*d) / s` is an integer inside the input (an existential in the
 domain).
 
-Windows come from the frontend's `conv_window` / `conv_transpose_window` / `pool_window`,
+Windows come from the frontend's `conv_window` / `conv_transpose_window`,
 the one place where the window rules live. float16 tensors accumulate in float32
 temporaries and are cast once at the end; statistics of the normalizations are float32.
 """
@@ -29,12 +28,10 @@ from polytile.frontend.ops.nn import (
     conv_transpose_window,
     conv_window,
     einsum_spec,
-    pool_window,
 )
 
-from ..expr import Cast, Expr, binary, const, unary
+from ..expr import Cast, Expr, binary, unary
 from ..kernel import Statement
-from ..reference import identity
 from . import winograd
 from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 
@@ -377,151 +374,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
     return [*statements, *_store(ctx, target, out_dims, out)]
 
 
-# --- pooling ----------------------------------------------------------------------------------
-
-
-def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
-    """For each output position of a spatial axis, how many window taps `o*s + k*d - p`
-    fall in [low, high)."""
-    s, d, p = window.strides[axis], window.dilations[axis], window.pads[axis]
-    size, kernel = window.out[axis], window.kernel[axis]
-    pos = np.arange(size)[:, None] * s + np.arange(kernel)[None, :] * d - p
-    return ((pos >= low) & (pos < high)).sum(axis=1)
-
-
-#: pad a pool's input in a temporary when its window slides by one along every axis and
-#: its output rows are at least this long: every input element is then read `kernel`
-#: times along a row, which amortizes the copy. Measured in Inception v2's model with the
-#: copy made per channel tile: its 3x3 AveragePools over 14x14 152 -> 45 us a call; of its
-#: stride-2 pools three lost 6-47% and one (over 14x14) gained 21%; of its 7-wide ones
-#: (which run scalar) an AveragePool took 1.9x as long and a MaxPool gained 17%
-PAD_MIN_ROW = 8
-
-
-def _padded_input(
-    ctx: LowerContext, window: Window, fill: float | int
-) -> tuple[str, list[Statement]]:
-    """X copied into a temporary holding every window tap, the taps outside X set to
-    `fill`: the pool then reads a rectangle, without the edge pieces whose differently
-    shaped vectors keep its accumulators out of registers."""
-    x = ctx.input_type(0)
-    rank = x.rank - 2
-    dims = ("n", "c", *ctx.dims(rank, "j"))
-    extents, inside, border, index = list(x.shape[:2]), [], [], ["n", "c"]
-    for i in range(rank):
-        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        size = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d + 1
-        extents.append(size)
-        high = min(p + x.shape[2 + i], size)
-        dim = dims[2 + i]
-        inside += [f"{dim} >= {p}", f"{dim} < {high}"]
-        border += [f"{dim} < {p}", f"{dim} >= {high}"]
-        index.append(affine_text([(1, dim)], -p))
-    padded = ctx.temp("padded", extents, x.dtype)
-    copy = ctx.statement_name(f"{ctx.node.name}_pad")
-    edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
-    value = ctx.load(ctx.node.inputs[0], tuple(index))
-    return padded, [
-        _statement(ctx, copy, dims, extents, padded, dims, value, inside),
-        Statement(
-            edge,
-            dims,
-            ctx.domain(edge, dims, extents, " or ".join(border)),
-            padded,
-            dims,
-            const(fill, x.dtype),
-        ),
-    ]
-
-
-@lowering("MaxPool", "AveragePool")
-def _pool(ctx: LowerContext) -> list[Statement]:
-    """A max / sum reduction over the window taps inside X (or over every tap of a padded
-    copy of X holding the combiner's identity outside it). The average divides by the
-    number of taps inside X, or with count_include_pad inside the padded input (the
-    overhang of ceil_mode never counts). The count is a product over the spatial axes; an
-    axis whose count varies with the output position gets it counted exactly, by a small
-    reduction of 1 over the same clipped taps (computed first, so the division can run
-    inside the tile of the main reduction)."""
-    out, window = pool_window(ctx.infer_context())
-    x = ctx.input_type(0)
-    rank = x.rank - 2
-    o, k = _spatial(rank, "o"), _spatial(rank, "k")
-    out_dims = ("n", "c", *o)
-    taps = (k, window.kernel)
-    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
-    where = [c for axis in bounds for c in axis]
-    value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
-    statements: list[Statement] = []
-    max_pool = ctx.node.op_type == "MaxPool"
-    if any(window.pads) and set(window.strides) == {1} and window.out[-1] >= PAD_MIN_ROW:
-        lowest = np.asarray(identity("max", x.dtype)).item()
-        padded, statements = _padded_input(ctx, window, lowest if max_pool else 0)
-        shifted = [  # o + k*d: the tap's position in the padded copy (strides are 1)
-            affine_text(
-                [(1, o[i])] + ([(window.dilations[i], k[i])] if window.kernel[i] > 1 else []), 0
-            )
-            for i in range(rank)
-        ]
-        value, where = ctx.load_temp(padded, ("n", "c", *shifted)), []
-    if max_pool:
-        return statements + reduction(
-            ctx,
-            ctx.node.name,
-            (out_dims, out.shape),
-            taps,
-            ctx.output(),
-            out_dims,
-            value,
-            "max",
-            where,
-        )
-    acc = _acc_dtype(out.dtype)
-    if ctx.attr("count_include_pad", 0):
-        lows = [-window.pads[i] for i in range(rank)]
-        highs = [x.shape[2 + i] + window.pads[rank + i] for i in range(rank)]
-        _, count_bounds = _window_taps(window, x.shape[2:], o, k, lows, highs)
-    else:
-        lows, highs, count_bounds = [0] * rank, list(x.shape[2:]), bounds
-    constant, factors = 1, []
-    for i in range(rank):
-        counts = _tap_counts(window, i, lows[i], highs[i])
-        if len(set(counts.tolist())) <= 1:
-            constant *= int(counts[0]) if len(counts) else 1
-            continue
-        count = ctx.temp(f"taps_{o[i]}", (window.out[i],), acc)
-        statements += reduction(
-            ctx,
-            f"{ctx.node.name}_count_{o[i]}",
-            ((o[i],), (window.out[i],)),
-            ((k[i],), (window.kernel[i],)),
-            count,
-            (o[i],),
-            ctx.const(1.0, acc),
-            "sum",
-            count_bounds[i],
-        )
-        factors.append(ctx.load_temp(count, (o[i],)))
-    total = ctx.temp("sum", out.shape, acc)
-    statements += reduction(
-        ctx,
-        f"{ctx.node.name}_reduce_sum",
-        (out_dims, out.shape),
-        taps,
-        total,
-        out_dims,
-        as_dtype(value, acc),
-        "sum",
-        where,
-    )
-    divisor: Expr | None = None if constant == 1 and factors else ctx.const(constant, acc)
-    for factor in factors:
-        divisor = factor if divisor is None else binary("mul", divisor, factor)
-    assert divisor is not None
-    name = ctx.statement_name()
-    mean = as_dtype(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
-    statements.append(_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
-    return statements
+# --- global pooling (MaxPool / AveragePool are in `lower.pool`) --------------------------------
 
 
 def _global_pool(ctx: LowerContext, combiner: str) -> list[Statement]:

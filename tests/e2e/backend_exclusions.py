@@ -27,19 +27,13 @@ from onnx.backend.test.case.test_case import TestCase
 
 from polytile.frontend.importer import find_unsupported
 
-_NARROW_TYPES = r"(?:FLOAT8\w*|FLOAT4E2M1|U?INT4|U?INT2)"
-
 UNSUPPORTED: dict[str, str] = {
-    rf"^test_cast(?:like)?_\w*{_NARROW_TYPES}(?:_|$)": (
-        "float8 / float4 / 4-bit / 2-bit integer tensors are not supported"
-    ),
     r"^test_equal_string": "string tensors are not supported",
     r"^test_identity_(?:sequence|opt)$": "sequence and optional values are not supported",
     r"^test_batchnorm_\w+_training_mode$": "BatchNormalization training mode (inference only)",
     r"^test_training_dropout(?:_mask|_default|_default_mask)?$": (
         "Dropout training mode with a non-zero ratio draws random numbers"
     ),
-    r"^test_maxpool_with_argmax": "MaxPool's Indices output is not supported",
     r"^test_if$": "If whose condition is only known at run time (a graph input)",
     r"^test_(?:loop11|range_\w+_expanded)$": (
         "Loop whose trip count is only known at run time (a graph input)"

@@ -96,3 +96,47 @@ def test_resize_antialias_sizes_differs_from_plain_linear() -> None:
         np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-4)
         outputs.append(got)
     assert np.abs(outputs[0] - outputs[1]).max() > 1e-2
+
+
+# --- MaxPool Indices ------------------------------------------------------------------------
+
+POOLS = {
+    "2d_pads_strides": (
+        (2, 3, 9, 8),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    "2d_dilated_ceil": (
+        (1, 2, 10, 9),
+        {"kernel_shape": [2, 3], "dilations": [2, 1], "ceil_mode": 1, "strides": [3, 2]},
+    ),
+    "1d": ((2, 2, 11), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),
+    "3d": ((1, 2, 5, 6, 4), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 1]}),
+    "2d_stride_one_long_rows": ((1, 2, 6, 12), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+}
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("case", POOLS, ids=list(POOLS))
+def test_maxpool_indices_against_onnxruntime(case: str, storage_order: int) -> None:
+    """Small integers make ties: the first maximum in the window's scan wins."""
+    shape, attrs = POOLS[case]
+    x = RNG.integers(-3, 4, shape).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], storage_order=storage_order, **attrs)
+    m = model(node, {"x": x}, {"y": 1, "idx": onnx.TensorProto.INT64}, opset=12)
+    got = pt.compile(m).run({"x": x})
+    want = ort_run(m, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[1].dtype == np.int64
+    np.testing.assert_array_equal(got[1], want[1])
+    if storage_order == 0:  # a row-major flat index into X
+        np.testing.assert_array_equal(x.reshape(-1)[got[1]], got[0])
+
+
+def test_maxpool_indices_int8() -> None:
+    x = RNG.integers(-128, 128, (2, 3, 7, 7)).astype(np.int8)
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[3, 3], strides=[2, 2])
+    m = model(node, {"x": x}, {"y": onnx.TensorProto.INT8, "idx": onnx.TensorProto.INT64}, opset=12)
+    got = pt.compile(m).run({"x": x})
+    want = ort_run(m, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)

@@ -471,6 +471,18 @@ def test_maxpool_unused_indices_output_is_dropped() -> None:
     assert "storage_order" not in graph.nodes[0].attrs
 
 
+def test_maxpool_indices_output_is_int64_and_keeps_storage_order() -> None:
+    x = rand(2, 3, 7, 6)
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y", "idx"], kernel_shape=[3, 2], strides=[2, 2], storage_order=1
+    )
+    outputs = {"y": TensorProto.FLOAT, "idx": TensorProto.INT64}
+    graph = import_model(make_model([node], {"x": x}, outputs, 12))
+    assert graph.types["idx"] == TensorType((2, 3, 3, 3), "int64")
+    assert graph.nodes[0].outputs == ("y", "idx")
+    assert graph.nodes[0].attrs["storage_order"] == 1
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 def test_global_pools(op: str) -> None:
     for x in (rand(2, 3, 4), rand(2, 3, 4, 5), rand(1, 2, 3, 4, 5)):
@@ -713,7 +725,6 @@ def test_bad_inputs_name_the_node(
 
 
 UNSUPPORTED = [
-    ("MaxPool", {"x": (1, 3, 8, 8)}, {"kernel_shape": [2, 2]}, ("y", "idx"), 17, "Indices"),
     (
         "BatchNormalization",
         {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (3,), "v": (3,)},

@@ -1,0 +1,243 @@
+"""Compute definitions of MaxPool and AveragePool: a max / sum reduction over the window
+taps inside X (the domain excludes the padding, so no statement loads out of bounds), or,
+for a pool sliding by one over long rows, over a padded copy of X (`PAD_MIN_ROW`).
+
+MaxPool's Indices output is the flat index in X of each window's first maximum (the
+first in the window's row-major scan, as onnxruntime and onnx's reference pick ties):
+a min reduction of `select(x == y, row-major index, sentinel)` over the same taps after
+the max, the row-major index turned column-major over the spatial axes when
+storage_order=1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from polytile.frontend.ops.nn import Window
+from polytile.frontend.ops.pool import pool_window
+
+from ..expr import Const, Expr, Iter, binary, const, select
+from ..kernel import Statement
+from ..reference import identity
+from .base import LowerContext, affine_text, as_dtype, lowering, reduction
+from .nn import _acc_dtype, _spatial, _statement, _window_taps
+
+
+def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
+    """For each output position of a spatial axis, how many window taps `o*s + k*d - p`
+    fall in [low, high)."""
+    s, d, p = window.strides[axis], window.dilations[axis], window.pads[axis]
+    size, kernel = window.out[axis], window.kernel[axis]
+    pos = np.arange(size)[:, None] * s + np.arange(kernel)[None, :] * d - p
+    return ((pos >= low) & (pos < high)).sum(axis=1)
+
+
+#: pad a pool's input in a temporary when its window slides by one along every axis and
+#: its output rows are at least this long: every input element is then read `kernel`
+#: times along a row, which amortizes the copy. Measured in Inception v2's model with the
+#: copy made per channel tile: its 3x3 AveragePools over 14x14 152 -> 45 us a call; of its
+#: stride-2 pools three lost 6-47% and one (over 14x14) gained 21%; of its 7-wide ones
+#: (which run scalar) an AveragePool took 1.9x as long and a MaxPool gained 17%
+PAD_MIN_ROW = 8
+
+
+def _padded_input(
+    ctx: LowerContext, window: Window, fill: float | int
+) -> tuple[str, list[Statement]]:
+    """X copied into a temporary holding every window tap, the taps outside X set to
+    `fill`: the pool then reads a rectangle, without the edge pieces whose differently
+    shaped vectors keep its accumulators out of registers."""
+    x = ctx.input_type(0)
+    rank = x.rank - 2
+    dims = ("n", "c", *ctx.dims(rank, "j"))
+    extents, inside, border, index = list(x.shape[:2]), [], [], ["n", "c"]
+    for i in range(rank):
+        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
+        size = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d + 1
+        extents.append(size)
+        high = min(p + x.shape[2 + i], size)
+        dim = dims[2 + i]
+        inside += [f"{dim} >= {p}", f"{dim} < {high}"]
+        border += [f"{dim} < {p}", f"{dim} >= {high}"]
+        index.append(affine_text([(1, dim)], -p))
+    padded = ctx.temp("padded", extents, x.dtype)
+    copy = ctx.statement_name(f"{ctx.node.name}_pad")
+    edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
+    value = ctx.load(ctx.node.inputs[0], tuple(index))
+    return padded, [
+        _statement(ctx, copy, dims, extents, padded, dims, value, inside),
+        Statement(
+            edge,
+            dims,
+            ctx.domain(edge, dims, extents, " or ".join(border)),
+            padded,
+            dims,
+            const(fill, x.dtype),
+        ),
+    ]
+
+
+@lowering("MaxPool", "AveragePool")
+def _pool(ctx: LowerContext) -> list[Statement]:
+    """A max / sum reduction over the window taps inside X (or over every tap of a padded
+    copy of X holding the combiner's identity outside it). The average divides by the
+    number of taps inside X, or with count_include_pad inside the padded input (the
+    overhang of ceil_mode never counts). The count is a product over the spatial axes; an
+    axis whose count varies with the output position gets it counted exactly, by a small
+    reduction of 1 over the same clipped taps (computed first, so the division can run
+    inside the tile of the main reduction)."""
+    out, window = pool_window(ctx.infer_context())
+    x = ctx.input_type(0)
+    rank = x.rank - 2
+    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    out_dims = ("n", "c", *o)
+    taps = (k, window.kernel)
+    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
+    where = [c for axis in bounds for c in axis]
+    value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
+    statements: list[Statement] = []
+    max_pool = ctx.node.op_type == "MaxPool"
+    if any(window.pads) and set(window.strides) == {1} and window.out[-1] >= PAD_MIN_ROW:
+        lowest = np.asarray(identity("max", x.dtype)).item()
+        padded, statements = _padded_input(ctx, window, lowest if max_pool else 0)
+        shifted = [  # o + k*d: the tap's position in the padded copy (strides are 1)
+            affine_text(
+                [(1, o[i])] + ([(window.dilations[i], k[i])] if window.kernel[i] > 1 else []), 0
+            )
+            for i in range(rank)
+        ]
+        value, where = ctx.load_temp(padded, ("n", "c", *shifted)), []
+    if max_pool:
+        statements += reduction(
+            ctx,
+            ctx.node.name,
+            (out_dims, out.shape),
+            taps,
+            ctx.output(),
+            out_dims,
+            value,
+            "max",
+            where,
+        )
+        if len(ctx.node.outputs) > 1:
+            statements += _max_indices(ctx, window, (out_dims, out.shape), taps)
+        return statements
+    acc = _acc_dtype(out.dtype)
+    if ctx.attr("count_include_pad", 0):
+        lows = [-window.pads[i] for i in range(rank)]
+        highs = [x.shape[2 + i] + window.pads[rank + i] for i in range(rank)]
+        _, count_bounds = _window_taps(window, x.shape[2:], o, k, lows, highs)
+    else:
+        lows, highs, count_bounds = [0] * rank, list(x.shape[2:]), bounds
+    constant, factors = 1, []
+    for i in range(rank):
+        counts = _tap_counts(window, i, lows[i], highs[i])
+        if len(set(counts.tolist())) <= 1:
+            constant *= int(counts[0]) if len(counts) else 1
+            continue
+        count = ctx.temp(f"taps_{o[i]}", (window.out[i],), acc)
+        statements += reduction(
+            ctx,
+            f"{ctx.node.name}_count_{o[i]}",
+            ((o[i],), (window.out[i],)),
+            ((k[i],), (window.kernel[i],)),
+            count,
+            (o[i],),
+            ctx.const(1.0, acc),
+            "sum",
+            count_bounds[i],
+        )
+        factors.append(ctx.load_temp(count, (o[i],)))
+    total = ctx.temp("sum", out.shape, acc)
+    statements += reduction(
+        ctx,
+        f"{ctx.node.name}_reduce_sum",
+        (out_dims, out.shape),
+        taps,
+        total,
+        out_dims,
+        as_dtype(value, acc),
+        "sum",
+        where,
+    )
+    divisor: Expr | None = None if constant == 1 and factors else ctx.const(constant, acc)
+    for factor in factors:
+        divisor = factor if divisor is None else binary("mul", divisor, factor)
+    assert divisor is not None
+    name = ctx.statement_name()
+    mean = as_dtype(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
+    statements.append(_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
+    return statements
+
+
+def _max_indices(
+    ctx: LowerContext,
+    window: Window,
+    out: tuple[tuple[str, ...], tuple[int, ...]],
+    taps: tuple[tuple[str, ...], tuple[int, ...]],
+) -> list[Statement]:
+    """Indices[n, c, o] = the least row-major flat index of a tap inside X holding the
+    maximum Y[n, c, o] (a NaN maximum: the first NaN); with storage_order=1 the spatial
+    part of that index is re-linearized column-major."""
+    x = ctx.input_type(0)
+    sizes = x.shape[2:]
+    out_dims, out_shape = out
+    o, k = out_dims[2:], taps[0]
+    spatial, bounds = _window_taps(window, sizes, o, k)
+    where = [c for axis in bounds for c in axis]
+    value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
+    peak = ctx.load(ctx.node.outputs[0], out_dims)
+    hit = binary("eq", value, peak)
+    if np.dtype(x.dtype).kind == "f":
+        nan = binary("and", binary("ne", peak, peak), binary("ne", value, value))
+        hit = binary("or", hit, nan)
+    i64 = lambda v: Const(int(v), "int64")  # noqa: E731
+    positions = [
+        binary(
+            "sub",
+            binary(
+                "add",
+                binary("mul", Iter(o[i]), i64(window.strides[i])),
+                binary("mul", Iter(k[i]), i64(window.dilations[i])),
+            ),
+            i64(window.pads[i]),
+        )
+        for i in range(len(sizes))
+    ]
+    key: Expr = i64(0)  # the tap's row-major position in its (n, c) plane
+    for position, size in zip(positions, sizes, strict=True):
+        key = binary("add", binary("mul", key, i64(size)), position)
+    channel = binary("add", binary("mul", Iter("n"), i64(x.shape[1])), Iter("c"))
+    plane = binary("mul", channel, i64(math.prod(sizes)))
+    sentinel = const(identity("min", "int64"), "int64")  # type: ignore[arg-type]
+    column_major = bool(int(ctx.attr("storage_order", 0)))  # type: ignore[arg-type]
+    if not column_major:
+        flat = select(hit, binary("add", plane, key), sentinel)
+        return reduction(
+            ctx, f"{ctx.node.name}_indices", out, taps, ctx.output(1), out_dims, flat, "min", where
+        )
+    first = ctx.temp("first", out_shape, "int64")
+    statements = reduction(
+        ctx,
+        f"{ctx.node.name}_first",
+        out,
+        taps,
+        first,
+        out_dims,
+        select(hit, key, sentinel),
+        "min",
+        where,
+    )
+    row_major = ctx.load_temp(first, out_dims)
+    index: Expr = plane
+    inner, outer = 1, math.prod(sizes)  # column-major stride of the axis, row-major one
+    for size in sizes:
+        outer //= size
+        position = binary("mod", binary("div", row_major, i64(outer)), i64(size))
+        index = binary("add", index, binary("mul", position, i64(inner)))
+        inner *= size
+    name = ctx.statement_name(f"{ctx.node.name}_indices")
+    statements.append(_statement(ctx, name, out_dims, out_shape, ctx.output(1), out_dims, index))
+    return statements
