@@ -9,6 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
+from polytile.frontend.narrow import NARROW_DTYPES
 
 from .target import Target
 
@@ -35,7 +36,10 @@ _FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}
 
 
 def kind(dtype: str) -> str:
-    """'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'V' bfloat16 (bits, no arithmetic)."""
+    """'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'V' bfloat16 and the narrow types
+    (bits, no arithmetic; numpy calls float8_e5m2 kind 'f')."""
+    if dtype in NARROW_DTYPES:
+        return "V"
     return np.dtype(dtype).kind
 
 
@@ -44,6 +48,8 @@ def value_type(dtype: str) -> ir.Type:
     only loads, stores, selects and conversions see: codegen/bfloat16.py)."""
     if dtype == BF16:
         return ir.IntType(16)
+    if dtype in NARROW_DTYPES:  # one element per byte (codegen/narrow.py)
+        return I8
     d = np.dtype(dtype)
     if d.kind == "b":
         return I1

@@ -13,11 +13,13 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
+from polytile.frontend.narrow import FLOAT_FORMATS, INT_FORMATS, NARROW_DTYPES, cast_array
 from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
 from polytile.poly.kernel import Statement
 from polytile.poly.quasi import flat_index, parse_index
 
 from . import bfloat16 as bf16
+from . import narrow as nw
 from .llvm_types import BF16, I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
 from .transpose import load_row, store_row
 from .vecmath import vector_call
@@ -229,6 +231,9 @@ class Instance:
                 value = b.add(self.splat(value), steps)
             return self.convert(value, "int64", e.dtype)
         if isinstance(e, Cast):
+            if e.x.dtype in NARROW_DTYPES or e.dtype in NARROW_DTYPES:
+                value = self.value(e.x)
+                return self.narrow_convert(value, e.x.dtype, e.dtype, e.saturate, e.round_mode)
             return self.convert(self.value(e.x), e.x.dtype, e.dtype)
         if isinstance(e, Unary):
             return self.unary(e.op, self.value(e.x), e.x.dtype)
@@ -292,6 +297,36 @@ class Instance:
         if _width(value.type) < _width(target):
             return b.sext(value, target) if ks == "i" else b.zext(value, target)
         return value
+
+    def narrow_convert(
+        self, value: ir.Value, src: str, dst: str, saturate: bool = True, round_mode: str = "up"
+    ) -> ir.Value:
+        """A conversion from or to a narrow type (codegen/narrow.py): narrow floats go
+        through float32 (exact), narrow integers through int8 / uint8."""
+        b = self.b
+        if src == dst:
+            return value
+        if src in FLOAT_FORMATS:
+            wide = nw.to_float32(b, value, src)
+            return self.narrow_convert(wide, "float32", dst, saturate, round_mode)
+        if src in INT_FORMATS:
+            wide = nw.int_value(b, value, src)
+            wide_type = "int8" if INT_FORMATS[src][1] else "uint8"
+            return self.narrow_convert(wide, wide_type, dst, saturate, round_mode)
+        if dst not in NARROW_DTYPES:
+            return self.convert(value, src, dst)
+        if dst in INT_FORMATS:
+            if kind(src) == "f" or src == BF16:
+                wide_float = "float64" if src == "float64" else "float32"
+                value = nw.float_to_int32(b, self.convert(value, src, wide_float))
+                src = "int32"
+            small = self.convert(value, src, "int8")
+            return nw.int_bits(b, small, dst)
+        if FLOAT_FORMATS[dst].specials == "e8m0":  # onnx rounds to float32 first
+            x = self.convert(value, src, "float32")
+        else:
+            x = self.float32_for_bf16(value, src)
+        return nw.from_float32(self.mc, b, x, dst, saturate, round_mode)
 
     def float32_for_bf16(self, value: ir.Value, src: str) -> ir.Value:
         """A float32 whose rounding to bfloat16 is the value's: exact for narrow sources,
@@ -413,7 +448,12 @@ class Instance:
 
     def no_bf16_arithmetic(self, op: str, dtype: str) -> None:
         """bfloat16 arithmetic is float32 arithmetic between casts (the frontend pass
-        `widen_low_precision` puts them in): here it would compute on bits."""
+        `widen_low_precision` puts them in): here it would compute on bits. The narrow
+        types have no arithmetic at all (the frontend refuses it)."""
+        if dtype in NARROW_DTYPES:
+            raise CodegenError(
+                f"statement {self.stmt.name}: {op} of {dtype} has no code generation"
+            )
         if dtype == BF16:
             raise CodegenError(
                 f"statement {self.stmt.name}: {op} of bfloat16 has no code generation "
@@ -523,6 +563,8 @@ def _constant(value: float | int | bool, dtype: str) -> ir.Constant:
     ty = value_type(dtype)
     if dtype == BF16:  # its bits, rounded to nearest even as numpy's ml_dtypes does
         return ir.Constant(ty, int(np.array(value, dtype=BF16).view(np.uint16)))
+    if dtype in NARROW_DTYPES:  # its bits, converted as ONNX's Cast
+        return ir.Constant(ty, int(cast_array(np.array(value), dtype).view(np.uint8)))
     if kind(dtype) == "f":
         return ir.Constant(ty, float(value))
     if kind(dtype) == "b":
@@ -534,7 +576,7 @@ def _constant_value(e: Expr) -> float | None:
     """The value of a constant expression (a constant, negated or converted), else None."""
     if isinstance(e, Const) and not isinstance(e.value, bool):
         return float(e.value)
-    if isinstance(e, Cast) and e.dtype.startswith("float"):
+    if isinstance(e, Cast) and e.dtype.startswith("float") and e.dtype not in NARROW_DTYPES:
         return _constant_value(e.x)
     if isinstance(e, Unary) and e.op == "neg":
         inner = _constant_value(e.x)

@@ -17,6 +17,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from .graph import TensorType
+from .narrow import cast_array, is_narrow
 from .onnx_io import dtype_to_onnx, node_to_proto
 from .ops import OPS, InferContext
 from .widen import NATIVE, WIDENED
@@ -27,7 +28,9 @@ def evaluate_node(ctx: InferContext, out_types: Sequence[TensorType]) -> tuple[n
     node = ctx.node
     op = OPS[node.op_type]
     ctx = _widened(ctx)
-    if op.evaluate is not None:
+    if node.op_type == "Cast" and (is_narrow(ctx.dtype(0)) or is_narrow(out_types[0].dtype)):
+        results: Sequence[np.ndarray] = (_narrow_cast(ctx, out_types[0].dtype),)
+    elif op.evaluate is not None:
         results = op.evaluate(ctx, [v if v is not None else _missing() for v in ctx.values])
     else:
         results = _reference(ctx)
@@ -69,6 +72,14 @@ def _widened(ctx: InferContext) -> InferContext:
         ctx.opset,
         ctx.model,
     )
+
+
+def _narrow_cast(ctx: InferContext, dtype: str) -> np.ndarray:
+    """A Cast from or to a narrow type, with its saturate and round_mode (frontend/narrow.py)."""
+    value = ctx.value(0)
+    assert value is not None
+    saturate = bool(ctx.attr_int("saturate", 1))
+    return cast_array(value, dtype, saturate, str(ctx.node.attrs.get("round_mode", "up")))
 
 
 def _missing() -> np.ndarray:

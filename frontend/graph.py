@@ -21,6 +21,8 @@ import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype name)
 import networkx as nx
 import numpy as np
 
+from .narrow import NARROW_DTYPES
+
 #: dtypes a tensor may have; names are numpy's.
 SUPPORTED_DTYPES = frozenset(
     {
@@ -38,7 +40,7 @@ SUPPORTED_DTYPES = frozenset(
         "uint64",
         "bool",
     }
-)
+) | NARROW_DTYPES  # storage types, converted by Cast only (frontend/narrow.py)
 #: bfloat16 is a storage type: its arithmetic is float32's, rounded (frontend/widen.py)
 FLOAT_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})

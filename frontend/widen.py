@@ -17,7 +17,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from polytile.errors import UnsupportedOpError
+
 from .graph import Graph, Node, TensorType, readonly, unique_name
+from .narrow import is_narrow
 from .ops import OPS, OpKind
 
 #: dtype → its ONNX element type, for the attributes that name one
@@ -25,12 +28,18 @@ WIDENED = {"bfloat16": onnx.TensorProto.BFLOAT16, "float16": onnx.TensorProto.FL
 #: ops that read only a tensor's type, or convert it themselves (codegen rounds), and
 #: Range, always folded (its values set its shape), which has a stash_type of its own
 NATIVE = frozenset({"Cast", "Shape", "Size", "Range"})
+#: what may read or write the narrow types (float8, float4, 4- and 2-bit integers): the
+#: ONNX spec defines little else on them, and none of it computes (frontend/narrow.py)
+_NARROW_KINDS = frozenset({OpKind.VIEW, OpKind.SHAPE, OpKind.ELIMINATED})
 #: attributes that name an output element type (EyeLike, Random*, ...)
 _DTYPE_ATTRS = ("dtype",)
 
 
 def widen_low_precision(graph: Graph) -> Graph:
-    """The graph with every bfloat16 / float16 computation done in float32 between casts."""
+    """The graph with every bfloat16 / float16 computation done in float32 between casts.
+    A node computing on a narrow type (float8, ...) is refused here."""
+    for node in graph.nodes:
+        _refuse_narrow(node, graph)
     if not any(_computes_narrow(n, graph) for n in graph.nodes):
         return graph
     taken = set(graph.types) | {n.name for n in graph.nodes}
@@ -72,6 +81,21 @@ def widen_low_precision(graph: Graph) -> Graph:
         nodes.append(Node(node.name, node.op_type, inputs, tuple(outputs), attrs, node.domain))
         nodes.extend(rounds)
     return graph.replace(nodes=tuple(nodes), types=types, constants=constants)
+
+
+def _refuse_narrow(node: Node, graph: Graph) -> None:
+    """Only Cast converts the narrow types; views, Identity and Shape move or read them."""
+    op = OPS.get(node.op_type)
+    if node.op_type in ("Cast", "Shape", "Size") or (op is not None and op.kind in _NARROW_KINDS):
+        return
+    for tensor in (*node.inputs, *node.outputs):
+        if tensor and is_narrow(graph.types[tensor].dtype):
+            dtype = graph.types[tensor].dtype
+            raise UnsupportedOpError(
+                f"{node.label} in model '{graph.name}': tensor '{tensor}' has element type "
+                f"{dtype}, on which polytile supports only Cast, CastLike and data views",
+                ((node.name, node.op_type, f"dtype {dtype}"),),
+            )
 
 
 def _computes_narrow(node: Node, graph: Graph) -> bool:

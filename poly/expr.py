@@ -165,6 +165,10 @@ class Select:
 class Cast:
     x: Expr
     dtype: str
+    #: ONNX Cast's `saturate` and `round_mode`: only conversions to the float8 types read
+    #: them (frontend/narrow.py); every other conversion is the same under any value
+    saturate: bool = True
+    round_mode: str = "up"
 
     def __str__(self) -> str:
         return f"({self.dtype}){self.x}"
@@ -201,7 +205,7 @@ def rewrite(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     if isinstance(expr, Unary):
         expr = Unary(expr.op, rewrite(expr.x, fn), expr.dtype)
     elif isinstance(expr, Cast):
-        expr = Cast(rewrite(expr.x, fn), expr.dtype)
+        expr = Cast(rewrite(expr.x, fn), expr.dtype, expr.saturate, expr.round_mode)
     elif isinstance(expr, Binary):
         expr = Binary(expr.op, rewrite(expr.a, fn), rewrite(expr.b, fn), expr.dtype)
     elif isinstance(expr, Select):

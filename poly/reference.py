@@ -16,6 +16,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype name)
 import numpy as np
 
 from polytile.errors import InputError
+from polytile.frontend.narrow import NARROW_DTYPES, cast_array
 
 from .expr import COMBINERS, Binary, Cast, Const, Expr, Iter, Load, Select, Unary
 from .kernel import Kernel, Role, Statement
@@ -135,6 +136,10 @@ def evaluate(expr: Expr, point: Mapping[str, int], buffers: Mapping[str, np.ndar
     """The value of `expr` at one statement instance (numpy scalars, in the expr's dtype;
     bfloat16 is computed in float32 and rounded, as the ONNX spec says)."""
     dtype = np.dtype(expr.dtype)
+    if isinstance(expr, Cast) and NARROW_DTYPES & {expr.dtype, expr.x.dtype}:
+        # ONNX's Cast with its saturate and round_mode (frontend/narrow.py)
+        value = np.asarray(evaluate(expr.x, point, buffers), dtype=expr.x.dtype)
+        return cast_array(value, expr.dtype, expr.saturate, expr.round_mode)[()]
     if dtype.name == BF16 and not isinstance(expr, Load | Select):
         wide: Expr
         if isinstance(expr, Const):

@@ -288,8 +288,9 @@ def _cast_like_canonicalize(ctx: InferContext, since: int) -> Rewrite:
     """CastLike is Cast to the second input's dtype (whose values are not read)."""
     node = ctx.node
     attrs = {"to": dtype_to_onnx(ctx.dtype(1))}
-    if "saturate" in node.attrs:
-        attrs["saturate"] = node.attrs["saturate"]
+    for key in ("saturate", "round_mode"):
+        if key in node.attrs:
+            attrs[key] = node.attrs[key]
     return Rewrite((Node(node.name, "Cast", (node.inputs[0],), node.outputs, attrs),))
 
 

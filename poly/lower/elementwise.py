@@ -120,7 +120,15 @@ _simple("Max", _fold("max"))
 _simple("Min", _fold("min"))
 _simple("Sum", _fold("add"))
 _simple("Relu", lambda ctx, a: binary("max", a[0], ctx.const(0, a[0].dtype)))
-_simple("Cast", lambda ctx, a: Cast(a[0], ctx.output_type().dtype))
+_simple(
+    "Cast",
+    lambda ctx, a: Cast(
+        a[0],
+        ctx.output_type().dtype,
+        bool(ctx.attr("saturate", 1)),
+        str(ctx.attr("round_mode", "up")),
+    ),
+)
 _simple("Where", lambda ctx, a: select(a[0], a[1], a[2]))
 _simple(
     "PRelu",
