@@ -70,9 +70,9 @@ def to_float32(b: ir.IRBuilder, bits: ir.Value, dtype: str) -> ir.Value:
         inf = b.bitcast(b.or_(b.shl(sign, _c(i32, 31)), _c(i32, 0x7F800000)), f32)
         special = b.select(b.icmp_unsigned("==", f, _c(i32, 0)), inf, signed_nan)
         return b.select(top, special, value)
-    if fmt.specials == "fnuz":  # the negative zero pattern
+    if fmt.specials == "fnuz":  # the negative zero pattern (a negative NaN, as ml_dtypes)
         nan = b.icmp_unsigned("==", v, _c(i32, 0x80))
-        return b.select(nan, _c(f32, float("nan")), value)
+        return b.select(nan, b.bitcast(_c(i32, -(2**31) | _QUIET_NAN), f32), value)
     return value
 
 

@@ -322,10 +322,7 @@ class Instance:
                 src = "int32"
             small = self.convert(value, src, "int8")
             return nw.int_bits(b, small, dst)
-        if FLOAT_FORMATS[dst].specials == "e8m0":  # onnx rounds to float32 first
-            x = self.convert(value, src, "float32")
-        else:
-            x = self.float32_for_bf16(value, src)
+        x = self.float32_for_bf16(value, src)  # exact, or rounded to odd: one rounding
         return nw.from_float32(self.mc, b, x, dst, saturate, round_mode)
 
     def float32_for_bf16(self, value: ir.Value, src: str) -> ir.Value:

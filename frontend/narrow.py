@@ -64,16 +64,36 @@ def is_narrow(dtype: str) -> bool:
     return dtype in NARROW_DTYPES
 
 
+def float32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """`x` (float64, or an integer through float64) in float32 rounded toward zero with the
+    last bit set when inexact: a second rounding to a type of at most 21 mantissa bits
+    then equals one direct rounding (ml_dtypes and onnx's reference would round twice,
+    the spec rounds once)."""
+    wide = np.asarray(x).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest = wide.astype(np.float32)
+    bits = nearest.view(np.uint32).copy()
+    back = nearest.astype(np.float64)
+    away = np.abs(back) > np.abs(wide)
+    bits[away] -= np.uint32(1)
+    inexact = np.isfinite(wide) & (back != wide)
+    bits[inexact] |= np.uint32(1)
+    return bits.view(np.float32)
+
+
 def cast_array(
     x: np.ndarray, dtype: str, saturate: bool = True, round_mode: str = "up"
 ) -> np.ndarray:
-    """`x` converted to `dtype` as ONNX's Cast (its reference implementation) converts it.
+    """`x` converted to `dtype` as ONNX's Cast (its reference implementation) converts it,
+    except that wider sources round once, as the spec says (float32 rounded to odd first).
     ml_dtypes has no conversion between two narrow integer types: they go through int8
     (the wrap-around of a fixed-point cast)."""
     x = np.asarray(x)
     if x.dtype.name in INT_FORMATS and dtype in INT_FORMATS:
         x = x.astype(np.int8)
+    if dtype in FLOAT_FORMATS and x.dtype.name not in FLOAT_FORMATS and x.dtype.itemsize > 2:
+        x = float32_round_to_odd(x)
     to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    with np.errstate(all="ignore"):
-        out = cast_to(x, to, bool(saturate), round_mode)
-    return np.asarray(out).astype(dtype, copy=False)
+    with np.errstate(all="ignore"):  # (to_float8e8m0 fails on a 0-d array: made 1-d)
+        out = cast_to(x.reshape(-1), to, bool(saturate), round_mode)
+    return np.asarray(out).astype(dtype, copy=False).reshape(x.shape)
