@@ -41,6 +41,7 @@ from polytile.codegen.jit import (
 from polytile.codegen.module import FAULT, IndexCheck, KernelCall
 from polytile.codegen.target import Target, host
 from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, ModelError
+from polytile.frontend.narrow import FLOAT_FORMATS
 from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
 from polytile.poly.reference import aligned_block, aligned_empty
 
@@ -347,8 +348,11 @@ class CompiledModel:
             kind = np.dtype(s.dtype).kind
             if number in limits:
                 feeds[s.name] = rng.integers(0, max(limits[number], 1), s.shape).astype(s.dtype)
-            elif kind == "f" or s.dtype == "bfloat16":  # numpy calls bfloat16 kind V
-                feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+            elif kind == "f" or s.dtype == "bfloat16" or s.dtype in FLOAT_FORMATS:
+                # numpy calls bfloat16 and most float8 kind V; float8e8m0 has no sign
+                normal = rng.standard_normal(s.shape)
+                normal = np.abs(normal) if s.dtype == "float8_e8m0fnu" else normal
+                feeds[s.name] = normal.astype(s.dtype)
             elif kind == "b":
                 feeds[s.name] = rng.integers(0, 2, s.shape).astype(bool)
             else:

@@ -42,6 +42,14 @@ _ORT_TYPES = {
 PROVIDER = "PolytileCPUExecutionProvider"
 
 
+def _ort_type(elem_type: int) -> str:
+    """onnxruntime's spelling of the other types: the ONNX name in lower case
+    (tensor(bfloat16), tensor(float8e4m3fn), tensor(int4), ...)."""
+    if not elem_type:
+        return "tensor(?)"
+    return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+
+
 @dataclass(frozen=True)
 class NodeArg:
     """As onnxruntime's NodeArg: symbolic dimensions are strings (or None)."""
@@ -73,7 +81,7 @@ def _args(values: Sequence[onnx.ValueInfoProto], skip: set[str] | None = None) -
                 shape.append(int(d.dim_value))
             else:
                 shape.append(d.dim_param or None)
-        found.append(NodeArg(value.name, shape, _ORT_TYPES.get(dtype, f"tensor({dtype})")))
+        found.append(NodeArg(value.name, shape, _ORT_TYPES.get(dtype) or _ort_type(t.elem_type)))
     return found
 
 
