@@ -4,7 +4,8 @@ An op's own numpy `evaluate` is used when it has one (fast, for the shape-chain 
 other op falls back to onnx's reference evaluator on a one-node model, which is slower but
 exact. The result must match the inferred type: a mismatch is a polytile bug. bfloat16 and
 float16 are computed in float32 and rounded at the end, as the compiled code does
-(frontend/widen.py); only Cast converts them directly.
+(frontend/widen.py); only Cast converts them directly. A Cast from or to a narrow type
+(float8, ...) converts with its saturate and round_mode (frontend/narrow.py).
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from polytile.errors import UnsupportedOpError
+from polytile.errors import ModelError, UnsupportedOpError
 
 from ..graph import FLOAT_DTYPES, INT_DTYPES, Node, TensorType
+from ..narrow import ROUND_MODES
 from ..onnx_io import dtype_to_onnx, onnx_to_dtype
 from .base import (
     InferContext,
@@ -281,6 +282,11 @@ def _cast(ctx: InferContext) -> tuple[TensorType, ...]:
         dtype = _cast_to(ctx)
     except UnsupportedOpError as exc:
         raise ctx.unsupported(str(exc)) from exc
+    round_mode = ctx.node.attrs.get("round_mode", "up")
+    if round_mode not in ROUND_MODES:
+        raise ModelError(
+            f"{ctx.where()}: round_mode '{round_mode}' is not one of {sorted(ROUND_MODES)}"
+        )
     return (TensorType(ctx.shape(0), dtype),)
 
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import polytile as pt
-from polytile.errors import InputError, UnsupportedOpError
+from polytile.errors import InputError, ModelError, UnsupportedOpError
 
 OPSET = 25
 RNG = np.random.default_rng(0)
@@ -167,4 +167,18 @@ def test_an_op_other_than_cast_on_a_narrow_type_is_refused_by_name(
         [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")],
     )
     with pytest.raises(UnsupportedOpError, match=r"the_node.*float8_e4m3fn"):
+        pt.compile(model.SerializeToString())
+
+
+def test_an_unknown_round_mode_is_a_model_error_naming_the_node() -> None:
+    model = _model(
+        [
+            helper.make_node(
+                "Cast", ["x"], ["y"], name="c", to=TensorProto.FLOAT8E8M0, round_mode="odd"
+            )
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E8M0, [3])],
+    )
+    with pytest.raises(ModelError, match=r"'c'.*round_mode 'odd'"):
         pt.compile(model.SerializeToString())
