@@ -88,7 +88,7 @@ class Manifest:
         def spec(s: IOSpec) -> dict[str, Any]:
             return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
 
-        return {
+        data = {
             "format": FORMAT_VERSION,
             "polytile": __version__,
             "name": self.name,
@@ -99,8 +99,10 @@ class Manifest:
             "copies": [[c.index, c.kind, c.source] for c in self.copies],
             "target": dict(self.target),
             "calls": [c.to_json() for c in self.calls],
-            "checks": [c.to_json() for c in self.checks or ()],
         }
+        if self.checks is not None:  # None: saved before the checks, its entry returns nothing
+            data["checks"] = [c.to_json() for c in self.checks]
+        return data
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Manifest:

@@ -594,3 +594,27 @@ def test_a_residual_add_runs_in_place_when_its_input_dies(reuse: bool) -> None:
     # the second conv's residual dies there, unless the max pool reads it again
     assert (convs[1] in in_place) is not reuse
     assert convs[0] not in in_place
+
+
+def test_a_model_saved_before_index_checks_saves_again_without_them(tmp_path: Path) -> None:
+    """A manifest without "checks" has an entry that returns nothing: saving it again must
+    not add an empty list, or the next load would read a status from the void entry."""
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 3])],
+        initializer=[numpy_helper.from_array(table, "table")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    first = pt.compile(model, num_threads=1).save(tmp_path / "first.ptm")
+    data = json.loads((first / "manifest.json").read_text())
+    assert data.pop("checks")
+    (first / "manifest.json").write_text(json.dumps(data))
+    second = pt.load(first).save(tmp_path / "second.ptm")
+    assert "checks" not in json.loads((second / "manifest.json").read_text())
+    loaded = pt.load(second)
+    assert loaded.manifest.checks is None
+    ids = np.array([0, 3, -1, 2, 1], np.int64)
+    np.testing.assert_array_equal(loaded.run({"ids": ids})[0], table[ids])
