@@ -110,6 +110,17 @@ def bind_outputs(sources: tuple[str, ...], targets: list[str], label: str) -> li
     ]
 
 
+def loop_never_exits(node: onnx.NodeProto) -> bool:
+    """Whether a Loop body passes its condition on unchanged (it runs all its trips)."""
+    body = subgraph(node, "body")
+    if body is None or len(body.input) < 2 or not body.output:
+        return False
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    producer = {o: n for n in body.node for o in n.output}.get(cond_out)
+    passed = producer is not None and producer.op_type == "Identity"
+    return cond_out == cond_in or (passed and list(producer.input) == [cond_in])
+
+
 @dataclass(frozen=True)
 class Iteration:
     """One unrolled copy of a Loop body."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,6 +27,7 @@ from .control import (
     bind_outputs,
     inline,
     loop_iterations,
+    loop_never_exits,
     outer_reads,
     scan_nodes,
     subgraph,
@@ -40,6 +42,9 @@ MIN_OPSET = 7
 CANONICAL_OPSET = 21
 #: values with at most this many elements are propagated during import (shape chains)
 PROPAGATE_LIMIT = 1 << 16
+#: a Loop is unrolled for at most this many iterations (exporters write INT64_MAX trip
+#: counts for loops that exit on a condition)
+MAX_UNROLL = 4096
 #: no tensor may have more elements than this (a guard against absurd shapes)
 MAX_ELEMENTS = 1 << 34
 
@@ -57,7 +62,9 @@ def load_model(source: ModelSource) -> tuple[onnx.ModelProto, str]:
             model.ParseFromString(bytes(source))
         except DecodeError as exc:
             raise ModelError(f"the given bytes are not an ONNX model: {exc}") from exc
-        return _nonempty(model, "<bytes>"), model.graph.name or "<bytes>"
+        _nonempty(model, "<bytes>")
+        load_external_data(model, None, model.graph.name or "<bytes>")
+        return model, model.graph.name or "<bytes>"
     if not isinstance(source, str | os.PathLike):
         raise InputError(
             f"a model is a path, bytes or onnx.ModelProto, not {type(source).__name__}"
@@ -470,10 +477,18 @@ class _Importer:
             self.types[cname] = TensorType(tuple(value.shape), value.dtype.name)
             self.values[cname] = value
 
-    def _known(self, tensor: str, proto: onnx.NodeProto, node_name: str, what: str) -> np.ndarray:
-        if tensor and tensor in self.values:
-            return self.values[tensor]
-        raise self._refusal(proto, node_name, f"its {what} is only known at run time")
+    def _known(self, tensor: str, proto: onnx.NodeProto, node_name: str, what: str) -> Any:
+        """The one value of a control-flow input known at import (a condition, a trip
+        count); a refusal naming the node when it is only known at run time."""
+        if not tensor or tensor not in self.values:
+            raise self._refusal(proto, node_name, f"its {what} is only known at run time")
+        value = self.values[tensor]
+        if value.size != 1:
+            raise ModelError(
+                f"node '{node_name}' ({proto.op_type}) in model '{self.name}': its {what} "
+                f"'{tensor}' holds {value.size} values, not one"
+            )
+        return value.reshape(-1)[0]
 
     def _refusal(self, proto: onnx.NodeProto, node_name: str, reason: str) -> UnsupportedOpError:
         """A refused variant: the message names the node and the model."""
@@ -489,7 +504,7 @@ class _Importer:
         count and no data-dependent exit becomes one copy of its body per iteration."""
         if proto.op_type == "If":
             cond = self._known(proto.input[0], proto, node_name, "condition")
-            branch = subgraph(proto, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+            branch = subgraph(proto, "then_branch" if bool(cond) else "else_branch")
             assert branch is not None  # the checker guarantees both branches
             inlined = inline(branch, {}, self.fresh)
             self._add_constants(inlined.constants)
@@ -500,22 +515,27 @@ class _Importer:
         if not trips_input:
             reason = "a Loop without a trip count runs until a data-dependent exit"
             raise self._refusal(proto, node_name, reason)
-        trips = int(self._known(trips_input, proto, node_name, "trip count").reshape(-1)[0])
+        trips = int(self._known(trips_input, proto, node_name, "trip count"))
         start = proto.input[1] if len(proto.input) > 1 else ""
-        if start and not self._known(start, proto, node_name, "condition").reshape(-1)[0]:
+        if start and not self._known(start, proto, node_name, "condition"):
             trips = 0
+        if trips > MAX_UNROLL and loop_never_exits(proto):
+            reason = f"it runs {trips} iterations, more than the {MAX_UNROLL} polytile unrolls"
+            raise self._refusal(proto, node_name, reason)
         carried = list(proto.input[2:])
         scans: list[list[str]] = []
         final = carried
-        for iteration in loop_iterations(proto, trips, carried, self.fresh):
+        for step, iteration in enumerate(loop_iterations(proto, trips, carried, self.fresh)):
+            if step == MAX_UNROLL:
+                reason = f"it runs more than {MAX_UNROLL} iterations, the most polytile unrolls"
+                raise self._refusal(proto, node_name, reason)
             self._add_constants(iteration.inlined.constants)
             self._import_nodes(iteration.inlined.nodes, node_names)
             if any(o in self.poisoned for o in iteration.inlined.outputs):
                 raise self._refusal(proto, node_name, "its body has unsupported nodes")
             final = list(iteration.inlined.outputs[1 : 1 + len(carried)])
             scans.append(list(iteration.inlined.outputs[1 + len(carried) :]))
-            go_on = self._known(iteration.condition, proto, node_name, "exit condition")
-            if not bool(go_on.reshape(-1)[0]):
+            if not self._known(iteration.condition, proto, node_name, "exit condition"):
                 break
         scan_targets = outputs[len(carried) :]
         if any(scan_targets) and not scans:

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
-from polytile.errors import UnsupportedOpError
+from polytile.errors import ModelError, UnsupportedOpError
 from polytile.frontend.importer import import_model
 
 ort = pytest.importorskip("onnxruntime")
@@ -192,3 +192,96 @@ def test_parameter_inputs_follow_the_reads_of_if_branches() -> None:
     assert parameter_inputs(model) == {"shape"}
     bound = import_model(model, bind={"shape": np.array([3, 4], np.int64)})
     assert bound.types["y"].shape == (3, 4)
+
+
+def _counting_loop(trips: int, stop_after: int | None, inner_if: bool = False) -> onnx.ModelProto:
+    """acc <- acc + x each iteration (or acc - x, through an If on a constant, when
+    `inner_if`); the body's condition is `i + 1 < stop_after` (known at import: the
+    iteration counter is a constant of each copy), or passed on unchanged."""
+    body_nodes = []
+    if inner_if:
+        branch = helper.make_graph(
+            [helper.make_node("Sub", ["acc_in", "x"], ["b"])],
+            "minus",
+            [],
+            [helper.make_tensor_value_info("b", F, [3])],
+        )
+        other = helper.make_graph(
+            [helper.make_node("Add", ["acc_in", "x"], ["c"])],
+            "plus",
+            [],
+            [helper.make_tensor_value_info("c", F, [3])],
+        )
+        body_nodes.append(
+            helper.make_node("If", ["yes"], ["acc_out"], then_branch=branch, else_branch=other)
+        )
+    else:
+        body_nodes.append(helper.make_node("Add", ["acc_in", "x"], ["acc_out"]))
+    if stop_after is None:
+        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    else:
+        body_nodes += [
+            helper.make_node("Add", ["i", "one"], ["next"]),
+            helper.make_node("Less", ["next", "stop"], ["cond_out"]),
+        ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [3]),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go", "acc0"], ["acc"], name="the_loop", body=body)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, [3]),
+            helper.make_tensor_value_info("acc0", F, [3]),
+        ],
+        [helper.make_tensor_value_info("acc", F, [3])],
+        initializer=[
+            numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "go"),
+            numpy_helper.from_array(np.array(True), "yes"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(stop_after or 0, np.int64), "stop"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+FEEDS = {"x": np.array([1.0, -2.0, 0.5], np.float32), "acc0": np.zeros(3, np.float32)}
+
+
+def test_a_loop_exits_when_its_condition_folds_false() -> None:
+    """Exporters give a while-loop a huge trip count and a condition: the copies stop at
+    the first iteration whose condition is false."""
+    model = _counting_loop(np.iinfo(np.int64).max, stop_after=3)
+    _run_both(model, FEEDS)
+    assert [n.op_type for n in import_model(model).nodes].count("Less") == 3  # one a copy
+
+
+def test_an_if_inside_a_loop_body_is_expanded_in_each_copy() -> None:
+    model = _counting_loop(4, stop_after=None, inner_if=True)
+    _run_both(model, FEEDS)
+    ops = [n.op_type for n in import_model(model).nodes]
+    assert "If" not in ops and ops.count("Sub") == 4
+
+
+def test_a_loop_past_the_unrolling_limit_is_refused_at_once() -> None:
+    from polytile.frontend.importer import MAX_UNROLL
+
+    with pytest.raises(UnsupportedOpError, match=f"the_loop.*more than the {MAX_UNROLL}"):
+        import_model(_counting_loop(np.iinfo(np.int64).max, stop_after=None))
+
+
+def test_an_empty_condition_names_the_node() -> None:
+    model = _if_model([], [numpy_helper.from_array(np.zeros(0, bool), "cond")])
+    with pytest.raises(ModelError, match=r"the_if.*condition 'cond' holds 0 values"):
+        import_model(model)

@@ -79,6 +79,17 @@ def test_a_model_proto_without_its_external_data_is_refused(tmp_path: Path) -> N
         pt.compile(model)
 
 
+def test_model_bytes_never_read_external_data_from_the_working_folder(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Bytes have no folder: their external data is not looked up where the process
+    happens to run (a file there may hold anything)."""
+    path = _save(tmp_path)
+    monkeypatch.chdir(tmp_path)  # weights.bin is right here
+    with pytest.raises(ModelError, match=r"tensor 'w'.*weights\.bin.*not loaded"):
+        pt.compile(path.read_bytes())
+
+
 def test_models_past_the_serialization_limit_are_checked_without_their_weights(
     tmp_path: Path, monkeypatch
 ) -> None:
