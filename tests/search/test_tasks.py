@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from polytile.codegen.native import NativeKernel
+from polytile.codegen.native import NativeKernel, index_limits
 from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.poly.default import default_schedule
@@ -64,6 +64,35 @@ def test_each_task_names_the_kernels_writing_its_inputs_in_model_order() -> None
             out, into = p.kernel.tensors[p.output], task.kernel.tensors[p.input]
             assert out.role is Role.OUTPUT and into.role is Role.INPUT
             assert out.dtype == into.dtype and np.prod(out.shape) == np.prod(into.shape)
+
+
+def test_a_kernel_that_computes_indices_is_not_a_producer_of_their_reader() -> None:
+    """Run before a timed candidate on random inputs, it would leave indices outside the
+    table, and a kernel timed alone has no index check before it: the reader times on
+    the valid indices its own random inputs hold instead."""
+    table = RNG.standard_normal((5, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["ids"], axis=1, keepdims=0),
+        helper.make_node("Gather", ["table", "ids"], ["g"], axis=0),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("MatMul", ["g", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "indices",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(RNG.standard_normal((3, 4)).astype(np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    readers = [t for t in extract_tasks(model) if index_limits(t.kernel)]
+    assert readers  # the Gather's kernel, reading the ArgMax kernel's output as indices
+    for task in readers:
+        for producer in task.producers:
+            assert producer.input not in index_limits(task.kernel)
 
 
 def test_the_producers_outputs_feed_the_tasks_as_the_model_does() -> None:
