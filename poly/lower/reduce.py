@@ -18,8 +18,13 @@ ArgMax (ArgMin) reduces the maximum (minimum) into a temporary, then the first (
 index whose value equals it: a min (max) reduction of `select(x == peak, k, sentinel)`,
 where a NaN counts as equal so that a NaN peak yields its first index as numpy does.
 
-CumSum is a triangular sum: Y[.., i, ..] = Σ X[.., k, ..] over k <= i (k < i exclusive,
-k >= i reverse), a reduction whose domain bounds k by the output index.
+CumSum is a running sum along its axis, n additions per row rather than the n(n+1)/2 of a
+triangular reduction: a first statement writes the step-0 element, a second
+`Y[s] = Y[s - 1] + X[s]` the others. The second reads what it wrote one step before, a
+flow dependence carried by the step loop, so the poly layer keeps that loop sequential
+(no parallel or vector mark, no reordering) while every other axis stays free. The step
+`s` walks the axis forward, or backward with `reverse` (the element `n - 1 - s`), so that
+program order is the scan's order either way.
 """
 
 from __future__ import annotations
@@ -31,10 +36,10 @@ import numpy as np
 
 from polytile.frontend.ops.reduce import arg_axis, cumsum_axis, reduced_axes
 
-from ..expr import Const, Expr, Iter, binary, select, unary
+from ..expr import Const, Expr, Iter, Load, binary, select, unary
 from ..kernel import Statement
 from ..reference import identity
-from .base import LowerContext, as_dtype, lowering, reduction
+from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 
 def _layout(
@@ -267,33 +272,45 @@ def _arg_extremum(ctx: LowerContext) -> list[Statement]:
 
 @lowering("CumSum")
 def _cumsum(ctx: LowerContext) -> list[Statement]:
-    """Y[.., i, ..] = Σ_k X[.., k, ..] over k <= i (k < i exclusive; k >= i, k > i
-    reverse), accumulated in float32 for float16."""
+    """Y[p(0)] = X[p(0)] (0 exclusive); Y[p(s)] = Y[p(s-1)] + X[p(s)] (X[p(s-1)]
+    exclusive) for s >= 1, where p(s) = s, or n - 1 - s with reverse; accumulated in
+    float32 for float16."""
     x = ctx.input_type(0)
     axis = cumsum_axis(ctx.infer_context())
     exclusive = bool(int(ctx.attr("exclusive", 0)))  # type: ignore[arg-type]
     reverse = bool(int(ctx.attr("reverse", 0)))  # type: ignore[arg-type]
-    dims = ctx.dims(x.rank)
-    source = tuple("k" if a == axis else d for a, d in enumerate(dims))
-    relation = (">" if exclusive else ">=") if reverse else ("<" if exclusive else "<=")
+    n = x.shape[axis]
+    step = f"s{axis}"
+    dims = tuple(step if a == axis else d for a, d in enumerate(ctx.dims(x.rank)))
+
+    def at(offset: int) -> tuple[str, ...]:
+        """The index of the element `offset` steps from the current one along the scan."""
+        place = (
+            affine_text([(-1, step)], n - 1 - offset)
+            if reverse
+            else affine_text([(1, step)], offset)
+        )
+        return tuple(place if a == axis else d for a, d in enumerate(dims))
+
     acc = _small_acc(x.dtype)
-    value = as_dtype(ctx.load(ctx.node.inputs[0], source), acc)
     direct = acc == x.dtype
     target = ctx.output() if direct else ctx.temp("sum", x.shape, acc)
-    statements = reduction(
-        ctx,
-        f"{ctx.node.name}_scan",
-        (dims, x.shape),
-        (("k",), (x.shape[axis],)),
-        target,
-        dims,
-        value,
-        "sum",
-        where=(f"k {relation} {dims[axis]}",),
-    )
+    source = ctx.node.inputs[0]
+    first = ctx.const(0, acc) if exclusive else as_dtype(ctx.load(source, at(0)), acc)
+    name = ctx.statement_name(f"{ctx.node.name}_scan_first")
+    first_shape = [min(e, 1) if a == axis else e for a, e in enumerate(x.shape)]
+    domain = ctx.domain(name, dims, first_shape)
+    statements = [Statement(name, dims, domain, target, at(0), first)]
+    if n > 1:
+        added = as_dtype(ctx.load(source, at(-1) if exclusive else at(0)), acc)
+        running = binary("add", Load(target, at(-1), acc), added)
+        name = ctx.statement_name(f"{ctx.node.name}_scan")
+        domain = ctx.domain(name, dims, x.shape, f"{step} >= 1")
+        statements.append(Statement(name, dims, domain, target, at(0), running))
     if not direct:
+        plain = ctx.dims(x.rank)
         name = ctx.statement_name()
-        domain = ctx.domain(name, dims, x.shape)
-        expr = as_dtype(ctx.load_temp(target, dims), x.dtype)
-        statements.append(Statement(name, dims, domain, ctx.output(), dims, expr))
+        domain = ctx.domain(name, plain, x.shape)
+        expr = as_dtype(ctx.load_temp(target, plain), x.dtype)
+        statements.append(Statement(name, plain, domain, ctx.output(), plain, expr))
     return statements

@@ -1,7 +1,8 @@
-"""Random legal transformation traces on the kernels of CumSum (a triangular reduction
-domain), ReduceLogSumExp, ArgMin, GroupNormalization (group-indexed statistics),
-RMSNormalization, Hardmax, DepthToSpace and RotaryEmbedding (pieces cut by quasi-affine
-constraints) keep their results: the AST interpreter against program order."""
+"""Random legal transformation traces on the kernels of CumSum (a running sum: a dependence
+carried along the scanned axis, forward or reversed), ReduceLogSumExp, ArgMin,
+GroupNormalization (group-indexed statistics), RMSNormalization, Hardmax, DepthToSpace and
+RotaryEmbedding (pieces cut by quasi-affine constraints) keep their results: the AST
+interpreter against program order."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from hypothesis import strategies as st
 from onnx import helper
 from test_property import SETTINGS, check_random_trace, one_node_kernel
 
+from polytile.errors import IllegalSchedule
+from polytile.poly import transform as T
+from polytile.poly.expr import loads
 from polytile.poly.kernel import Kernel
 from polytile.poly.reference import run_program_order
+from polytile.poly.schedule import initial_schedule
 
 from kernels import random_inputs
 
@@ -31,6 +36,12 @@ def kernels() -> dict[str, Kernel]:
             node("CumSum", ["x", "axis"], ["y"], exclusive=1, reverse=1),
             {"x": (5, 3)},
             {"axis": np.array(0, np.int64)},
+            17,
+        ),
+        "cumsum_inner": (
+            node("CumSum", ["x", "axis"], ["y"]),
+            {"x": (2, 3, 5)},
+            {"axis": np.array(-1, np.int64)},
             17,
         ),
         "logsumexp": (
@@ -87,3 +98,22 @@ def test_random_traces_on_new_op_kernels(name: str, data: st.DataObject) -> None
     kernel = KERNELS[name]
     inputs = random_inputs(kernel)
     check_random_trace(data, kernel, inputs, run_program_order(kernel, inputs))
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumsum_inner"])
+def test_the_scan_step_loop_stays_sequential(name: str) -> None:
+    """The running sum reads the element it wrote one step before: neither a parallel nor
+    a vector mark may go on its step loop, while its other loops may run in parallel."""
+    kernel = KERNELS[name]
+    scan = next(s for s in kernel.statements if any(ld.tensor == s.tensor for ld in loads(s.expr)))
+    schedule = initial_schedule(kernel)
+    loops = [lp.name for lp in schedule.loops_of(scan.name)]
+    step = next(lp for lp in loops if lp.startswith("s"))
+    with pytest.raises(IllegalSchedule, match="carries the dependence"):
+        T.parallel(schedule, step)
+    innermost = T.reorder(schedule, *[lp for lp in loops if lp != step], step)
+    with pytest.raises(IllegalSchedule, match="carries the dependence"):
+        T.vectorize(innermost, step)
+    for other in loops:
+        if other != step:
+            T.parallel(schedule, other)
