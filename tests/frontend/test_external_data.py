@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
 from polytile.errors import ModelError
-from polytile.frontend import importer
+from polytile.frontend import importer, loading
 
 #: 96 KB: over the size past which the skeleton checked above 2 GB drops a tensor's bytes
 W = np.arange(256 * 96, dtype=np.float32).reshape(256, 96) / 1e4
@@ -96,8 +96,8 @@ def test_models_past_the_serialization_limit_are_checked_without_their_weights(
     """Over 2 GB the checker cannot serialize the model: it checks a skeleton instead
     (the limit lowered here, so that the test stays small)."""
     path = _save(tmp_path)
-    monkeypatch.setattr(importer, "_CHECK_LIMIT", 1000)
-    skeleton = importer._skeleton(onnx.load(str(path)))
+    monkeypatch.setattr(loading, "_CHECK_LIMIT", 1000)
+    skeleton = loading._skeleton(onnx.load(str(path)))
     assert list(skeleton.graph.initializer[0].dims) == [0]
     (y,) = pt.compile(path).run({"x": X})
     np.testing.assert_allclose(y, X @ W, rtol=1e-5)
