@@ -28,8 +28,8 @@ def rng_for(seed: int, tensor_name: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(tensor_name.encode("utf-8"))])
 
 
-# A sampler takes (rng, shape) and returns float32 values (float32 generation is ~2x faster
-# than float64 for the ~144M weights of VGG-19).
+# A sampler takes (rng, shape) and returns float32 values (drawn as float32: VGG-19 has
+# ~144M weights).
 Sampler = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
 
 
