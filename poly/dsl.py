@@ -60,9 +60,8 @@ from polytile.errors import InputError
 from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
-from .expr import Cast, Const, Expr, Iter, Load, binary, const, loads, select, unary
+from .expr import Cast, Const, Expr, Iter, Load, binary, const, identity, loads, select, unary
 from .kernel import Kernel, Role, Statement, Tensor
-from .reference import identity
 
 if TYPE_CHECKING:
     from polytile.frontend import OptimizeConfig

@@ -8,6 +8,7 @@ load, e.g. Gather with run-time indices), which dependence analysis over-approxi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -76,6 +77,19 @@ LOGICAL = frozenset({"and", "or", "xor"})
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 #: reduction combiners and their identities
 COMBINERS = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
+
+
+def identity(combiner: str, dtype: str) -> object:
+    """The identity of a reduction combiner in `dtype` (integers: their extreme values
+    for max and min)."""
+    value = COMBINERS[combiner]
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind == "b":
+        return np.bool_(value > 0)
+    if np_dtype.kind in "iu" and math.isinf(value):
+        info = np.iinfo(np_dtype)
+        return info.min if value < 0 else info.max
+    return np_dtype.type(value)
 
 
 @dataclass(frozen=True)

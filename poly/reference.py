@@ -18,7 +18,7 @@ import numpy as np
 from polytile.errors import InputError
 from polytile.frontend.narrow import NARROW_DTYPES, cast_array
 
-from .expr import COMBINERS, Binary, Cast, Const, Expr, Iter, Load, Select, Unary
+from .expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
 from .kernel import Kernel, Role, Statement
 
 BF16 = "bfloat16"
@@ -253,14 +253,3 @@ def run_program_order(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[
         for point in points(s):
             execute_statement(s, point, buffers)
     return buffers
-
-
-def identity(combiner: str, dtype: str) -> object:
-    value = COMBINERS[combiner]
-    np_dtype = np.dtype(dtype)
-    if np_dtype.kind == "b":
-        return np.bool_(value > 0)
-    if np_dtype.kind in "iu" and math.isinf(value):
-        info = np.iinfo(np_dtype)
-        return info.min if value < 0 else info.max
-    return np_dtype.type(value)

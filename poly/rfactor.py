@@ -23,9 +23,8 @@ from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
 
 from . import isl_helpers as ih
-from .expr import Expr, Load, const, loads, rewrite
+from .expr import Expr, Load, const, identity, loads, rewrite
 from .kernel import Kernel, Role, Statement, Tensor
-from .reference import identity
 from .schedule import Schedule, Step, initial_schedule
 
 

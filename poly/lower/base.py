@@ -20,9 +20,8 @@ from polytile.frontend.graph import Graph, Node, TensorType, unique_name
 from polytile.frontend.ops import InferContext
 
 from .. import isl_helpers as ih
-from ..expr import Cast, Const, Expr, Load, const
+from ..expr import Cast, Const, Expr, Load, const, identity
 from ..kernel import Kernel, Role, Statement, Tensor
-from ..reference import identity
 
 Lowering = Callable[["LowerContext"], list[Statement]]
 LOWERINGS: dict[str, Lowering] = {}

@@ -42,9 +42,8 @@ from polytile.frontend.ops.indexing import (
 )
 
 from .. import isl_helpers as ih
-from ..expr import Expr, Iter, binary, select, unary
+from ..expr import Expr, Iter, binary, identity, select, unary
 from ..kernel import Statement
-from ..reference import identity
 from .base import LowerContext, as_dtype, lowering, reduction
 
 COMBINER = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}

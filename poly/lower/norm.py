@@ -18,9 +18,8 @@ import numpy as np
 
 from polytile.frontend.ops.norm import lp_params, mvn_axes, norm_axis, num_groups, stash_dtype
 
-from ..expr import Const, Expr, Iter, binary, select, unary
+from ..expr import Const, Expr, Iter, binary, identity, select, unary
 from ..kernel import Statement
-from ..reference import identity
 from .base import LowerContext, as_dtype, lowering, reduction
 from .injective import _floordiv
 

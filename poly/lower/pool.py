@@ -18,9 +18,8 @@ import numpy as np
 from polytile.frontend.ops.nn import Window
 from polytile.frontend.ops.pool import pool_window
 
-from ..expr import Const, Expr, Iter, binary, const, select
+from ..expr import Const, Expr, Iter, binary, const, identity, select
 from ..kernel import Statement
-from ..reference import identity
 from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 from .nn import _acc_dtype, _spatial, _statement, _window_taps
 

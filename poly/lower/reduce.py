@@ -36,9 +36,8 @@ import numpy as np
 
 from polytile.frontend.ops.reduce import arg_axis, cumsum_axis, reduced_axes
 
-from ..expr import Const, Expr, Iter, Load, binary, select, unary
+from ..expr import Const, Expr, Iter, Load, binary, identity, select, unary
 from ..kernel import Statement
-from ..reference import identity
 from .base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 
