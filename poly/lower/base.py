@@ -304,3 +304,32 @@ def lower_group(
                 builder.tensors[kid] = Tensor(kid, t.shape, t.dtype, role, source=out)
         statements.extend(fn(LowerContext(builder, node)))
     return Kernel(builder.name, builder.tensors, tuple(statements))
+
+
+def floordiv_text(text: str, divisor: int) -> str:
+    """floor(text / divisor) for a positive constant divisor."""
+    return text if divisor == 1 else f"floor({parens(text)}/{divisor})"
+
+
+def mod_text(text: str, divisor: int) -> str:
+    """text mod divisor (non-negative), without isl's `mod`: `e - c*floor(e/c)`."""
+    if divisor == 1:
+        return "0"
+    return f"{text} - {divisor}*{floordiv_text(text, divisor)}"
+
+
+def copy_statement(
+    ctx: LowerContext,
+    index: Sequence[str | Expr],
+    output: int = 0,
+    where: Sequence[str] = (),
+    base: str | None = None,
+    source: int = 0,
+) -> Statement:
+    """output[dims] = input[index] over the output's box (restricted by `where`)."""
+    out = ctx.output_type(output)
+    dims = ctx.dims(out.rank)
+    name = ctx.statement_name(base)
+    domain = ctx.domain(name, dims, out.shape, " and ".join(where))
+    value = ctx.load(ctx.node.inputs[source], index)
+    return Statement(name, dims, domain, ctx.output(output), dims, value)

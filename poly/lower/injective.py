@@ -34,40 +34,18 @@ from polytile.frontend.ops.tensor import (
     transpose_perm,
 )
 
-from ..expr import Expr
 from ..kernel import Statement
-from .base import LowerContext, affine_text, lowering, parens
+from .base import (
+    LowerContext,
+    affine_text,
+    copy_statement,
+    floordiv_text,
+    lowering,
+    mod_text,
+    parens,
+)
 
 # --- affine text ----------------------------------------------------------------------------
-
-
-def _floordiv(text: str, divisor: int) -> str:
-    """floor(text / divisor) for a positive constant divisor."""
-    return text if divisor == 1 else f"floor({parens(text)}/{divisor})"
-
-
-def _mod(text: str, divisor: int) -> str:
-    """text mod divisor (non-negative), without isl's `mod`: `e - c*floor(e/c)`."""
-    if divisor == 1:
-        return "0"
-    return f"{text} - {divisor}*{_floordiv(text, divisor)}"
-
-
-def _copy(
-    ctx: LowerContext,
-    index: Sequence[str | Expr],
-    output: int = 0,
-    where: Sequence[str] = (),
-    base: str | None = None,
-    source: int = 0,
-) -> Statement:
-    """output[dims] = input[index] over the output's box (restricted by `where`)."""
-    out = ctx.output_type(output)
-    dims = ctx.dims(out.rank)
-    name = ctx.statement_name(base)
-    domain = ctx.domain(name, dims, out.shape, " and ".join(where))
-    value = ctx.load(ctx.node.inputs[source], index)
-    return Statement(name, dims, domain, ctx.output(output), dims, value)
 
 
 # --- Identity-like and reshape-like copies ----------------------------------------------------
@@ -78,7 +56,7 @@ def _dropout(ctx: LowerContext) -> list[Statement]:
     """Inference Dropout (the frontend rejects a random training mode): a copy, and an
     all-true mask when it is requested."""
     rank = ctx.output_type().rank
-    statements = [_copy(ctx, ctx.dims(rank))]
+    statements = [copy_statement(ctx, ctx.dims(rank))]
     if len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
         mask = ctx.output_type(1)
         dims = ctx.dims(mask.rank)
@@ -130,13 +108,13 @@ def reshape_index(
         for position, axis in enumerate(group_src):
             stride //= source[axis]
             if position == 0:
-                index[axis] = _floordiv(linear, stride)
+                index[axis] = floordiv_text(linear, stride)
             elif stride == 1:
-                index[axis] = _mod(linear, source[axis])
+                index[axis] = mod_text(linear, source[axis])
             else:
                 # floor(L / s) mod n = floor(L / s) - n * floor(L / (s * n))
-                outer = _floordiv(linear, stride * source[axis])
-                index[axis] = f"{_floordiv(linear, stride)} - {source[axis]}*{outer}"
+                outer = floordiv_text(linear, stride * source[axis])
+                index[axis] = f"{floordiv_text(linear, stride)} - {source[axis]}*{outer}"
     return index
 
 
@@ -145,7 +123,7 @@ def _reshape(ctx: LowerContext) -> list[Statement]:
     """A copy to a new shape of the same row-major buffer (when not aliased)."""
     out = ctx.output_type()
     index = reshape_index(ctx.input_type(0).shape, out.shape, ctx.dims(out.rank))
-    return [_copy(ctx, index)]
+    return [copy_statement(ctx, index)]
 
 
 # --- data movement ----------------------------------------------------------------------------
@@ -159,7 +137,7 @@ def _transpose(ctx: LowerContext) -> list[Statement]:
     index = [""] * len(perm)
     for a, p in enumerate(perm):
         index[p] = dims[a]
-    return [_copy(ctx, index)]
+    return [copy_statement(ctx, index)]
 
 
 @lowering("Concat")
@@ -180,7 +158,7 @@ def _concat(ctx: LowerContext) -> list[Statement]:
         if offset + size < out.shape[axis]:
             where.append(f"{dims[axis]} < {offset + size}")
         statements.append(
-            _copy(ctx, index, where=where, base=f"{ctx.node.name}_{source}", source=source)
+            copy_statement(ctx, index, where=where, base=f"{ctx.node.name}_{source}", source=source)
         )
         offset += size
     return statements
@@ -196,7 +174,7 @@ def _split(ctx: LowerContext) -> list[Statement]:
             dims = ctx.dims(ctx.output_type(k).rank)
             index = list(dims)
             index[axis] = affine_text([(1, dims[axis])], offset)
-            statements.append(_copy(ctx, index, output=k, base=f"{ctx.node.name}_{k}"))
+            statements.append(copy_statement(ctx, index, output=k, base=f"{ctx.node.name}_{k}"))
         offset += size
     return statements
 
@@ -212,7 +190,7 @@ def _slice(ctx: LowerContext) -> list[Statement]:
         start = part.start or 0
         step = part.step or 1
         index.append(affine_text([(step, dim)], start))
-    return [_copy(ctx, index)]
+    return [copy_statement(ctx, index)]
 
 
 @lowering("Expand")
@@ -238,8 +216,8 @@ def _tile(ctx: LowerContext) -> list[Statement]:
         elif size == 1:
             index.append("0")
         else:
-            index.append(_mod(dim, size))
-    return [_copy(ctx, index)]
+            index.append(mod_text(dim, size))
+    return [copy_statement(ctx, index)]
 
 
 # --- Pad --------------------------------------------------------------------------------------
@@ -281,7 +259,12 @@ def _pad_pieces(mode: str, dim: str, size: int, begin: int, end: int) -> list[Pi
         # positions further than one period away: (dim - low) mod inner
         shifted = affine_text([(1, dim)], inner * math.ceil(low / inner) - low)
         return [
-            ((), affine_text([(1, _mod(shifted, inner))], crop) if crop else _mod(shifted, inner))
+            (
+                (),
+                affine_text([(1, mod_text(shifted, inner))], crop)
+                if crop
+                else mod_text(shifted, inner),
+            )
         ]
     # reflect (without repeating the edge element); the period is 2 * (inner - 1)
     if low <= inner - 1 and high <= inner - 1:
@@ -293,7 +276,7 @@ def _pad_pieces(mode: str, dim: str, size: int, begin: int, end: int) -> list[Pi
         return pieces
     period = 2 * (inner - 1)
     shifted = affine_text([(1, dim)], period * math.ceil(low / period) - low)
-    phase = _mod(shifted, period)
+    phase = mod_text(shifted, period)
     forward = affine_text([(1, parens(phase))], crop)
     backward = affine_text([(-1, parens(phase))], crop + period)
     return [((f"{phase} <= {inner - 1}",), forward), ((f"{phase} >= {inner}",), backward)]
@@ -321,7 +304,7 @@ def _pad(ctx: LowerContext) -> list[Statement]:
         where = [c for constraints, _ in combination for c in constraints]
         index = [index for _, index in combination]
         base = ctx.node.name if len(statements) == 0 else f"{ctx.node.name}_{n}"
-        statements.append(_copy(ctx, index, where=where, base=base))
+        statements.append(copy_statement(ctx, index, where=where, base=base))
     return statements
 
 
@@ -343,7 +326,9 @@ def _pad_constant(
     statements = []
     if not empty:
         index = [affine_text([(1, d)], -begin) for d, (begin, _) in zip(dims, widths, strict=True)]
-        statements.append(_copy(ctx, index, where=inside, base=f"{ctx.node.name}_interior"))
+        statements.append(
+            copy_statement(ctx, index, where=inside, base=f"{ctx.node.name}_interior")
+        )
     if empty or border:
         name = ctx.statement_name(f"{ctx.node.name}_border")
         where = "" if empty else " or ".join(border)

@@ -4,21 +4,10 @@ input index splits an output coordinate into a block and an offset (`floor(y/b)`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from polytile.frontend.ops.layout import block_size, depth_mode
 
 from ..kernel import Statement
-from .base import LowerContext, lowering
-from .injective import _floordiv, _mod
-
-
-def _copy(ctx: LowerContext, index: Sequence[str]) -> list[Statement]:
-    out = ctx.output_type()
-    dims = ctx.dims(out.rank)
-    name = ctx.statement_name()
-    value = ctx.load(ctx.node.inputs[0], index)
-    return [Statement(name, dims, ctx.domain(name, dims, out.shape), ctx.output(), dims, value)]
+from .base import LowerContext, copy_statement, floordiv_text, lowering, mod_text
 
 
 @lowering("DepthToSpace")
@@ -29,12 +18,12 @@ def _depth_to_space(ctx: LowerContext) -> list[Statement]:
     b = block_size(info)
     depth = ctx.output_type().shape[1]
     n, c, y, x = ctx.dims(4)
-    i, j = _mod(y, b), _mod(x, b)
+    i, j = mod_text(y, b), mod_text(x, b)
     if depth_mode(info) == "DCR":
         channel = f"{b * depth}*({i}) + {depth}*({j}) + {c}"
     else:
         channel = f"{b * b}*{c} + {b}*({i}) + {j}"
-    return _copy(ctx, (n, channel, _floordiv(y, b), _floordiv(x, b)))
+    return [copy_statement(ctx, (n, channel, floordiv_text(y, b), floordiv_text(x, b)))]
 
 
 @lowering("SpaceToDepth")
@@ -46,8 +35,8 @@ def _space_to_depth(ctx: LowerContext) -> list[Statement]:
     depth = ctx.input_type(0).shape[1]
     n, k, h, w = ctx.dims(4)
     if depth_mode(info) == "DCR":
-        c, block = _mod(k, depth), _floordiv(k, depth)
+        c, block = mod_text(k, depth), floordiv_text(k, depth)
     else:
-        c, block = _floordiv(k, b * b), _mod(k, b * b)
-    i, j = _floordiv(block, b), _mod(block, b)
-    return _copy(ctx, (n, c, f"{b}*{h} + {i}", f"{b}*{w} + {j}"))
+        c, block = floordiv_text(k, b * b), mod_text(k, b * b)
+    i, j = floordiv_text(block, b), mod_text(block, b)
+    return [copy_statement(ctx, (n, c, f"{b}*{h} + {i}", f"{b}*{w} + {j}"))]

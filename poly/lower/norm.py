@@ -20,8 +20,7 @@ from polytile.frontend.ops.norm import lp_params, mvn_axes, norm_axis, num_group
 
 from ..expr import Const, Expr, Iter, binary, identity, select, unary
 from ..kernel import Statement
-from .base import LowerContext, as_dtype, lowering, reduction
-from .injective import _floordiv
+from .base import LowerContext, as_dtype, floordiv_text, lowering, reduction
 
 Box = tuple[Sequence[str], Sequence[int]]
 
@@ -110,7 +109,7 @@ def _group_norm(ctx: LowerContext) -> list[Statement]:
     statements, mean, inv = _statistics(ctx, value, outer, red, True, _rsqrt_plus(_epsilon(ctx)))
     assert mean is not None
     dims = ("n", "c", *spatial)
-    group = ("n", _floordiv("c", size))
+    group = ("n", floordiv_text("c", size))
     element = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     normalized = binary(
         "mul", binary("sub", element, ctx.load_temp(mean, group)), ctx.load_temp(inv, group)

@@ -24,8 +24,7 @@ import numpy as np
 
 from ..expr import Cast, Const, Expr, Iter, binary, select, unary
 from ..kernel import Statement
-from .base import LowerContext, affine_text, lowering, reduction
-from .injective import _copy, _floordiv
+from .base import LowerContext, affine_text, copy_statement, floordiv_text, lowering, reduction
 
 #: an affine float64 step of a source coordinate: ('add' | 'sub' | 'mul' | 'div', constant)
 Step = tuple[str, float]
@@ -265,7 +264,7 @@ def _nearest_pieces(
             for limit in (16, 256, 4096, 1 << 20, None):
                 a, b, d = _affine_rounding(axis, rounding, limit)
                 if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop]):
-                    pieces.append((where, _floordiv(affine_text([(a, dim)], b), d)))
+                    pieces.append((where, floordiv_text(affine_text([(a, dim)], b), d)))
                     break
             else:
                 index = _clamp(_round_expr(axis.coordinate(dim), rounding), axis.size)
@@ -317,7 +316,7 @@ def _resize_nearest(ctx: LowerContext, resized: dict[int, _Axis]) -> list[Statem
         where = [c for constraints, _ in combination for c in constraints]
         index = [index for _, index in combination]
         base = ctx.node.name if n == 0 else f"{ctx.node.name}_{n}"
-        statements.append(_copy(ctx, index, where=where, base=base))
+        statements.append(copy_statement(ctx, index, where=where, base=base))
     if extrapolated:
         name = ctx.statement_name(f"{ctx.node.name}_extrapolate")
         domain = ctx.domain(name, dims, out.shape, " or ".join(extrapolated))

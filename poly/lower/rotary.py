@@ -15,8 +15,7 @@ from polytile.frontend.ops.attention import rotary_facts
 
 from ..expr import Expr, binary
 from ..kernel import Statement
-from .base import LowerContext, affine_text, lowering
-from .injective import _floordiv, _mod
+from .base import LowerContext, affine_text, floordiv_text, lowering, mod_text
 
 
 @lowering("RotaryEmbedding")
@@ -30,7 +29,7 @@ def _rotary(ctx: LowerContext) -> list[Statement]:
         position = "d"
     else:
         dims = ("b", "s", "t")
-        position = _mod("t", head)
+        position = mod_text("t", head)
     last = dims[-1]
 
     def element(shift: int) -> Expr:
@@ -42,9 +41,9 @@ def _rotary(ctx: LowerContext) -> list[Statement]:
 
     pieces: list[tuple[str, list[str], Expr]] = []
     if interleaved:
-        pair = _floordiv(position, 2)
-        even = f"{_mod(position, 2)} = 0"
-        odd = f"{_mod(position, 2)} = 1"
+        pair = floordiv_text(position, 2)
+        even = f"{mod_text(position, 2)} = 0"
+        odd = f"{mod_text(position, 2)} = 1"
         inside = f"{position} < {rotary}"
         cos, sin = cache(1, pair), cache(2, pair)
         real = binary("sub", binary("mul", cos, element(0)), binary("mul", sin, element(1)))
