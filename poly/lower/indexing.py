@@ -20,9 +20,15 @@ outside its tensors even unchecked. The cost is the output's positions times the
 updates, not the updates alone: right for the small scatters of models (attention
 masks, cache rows), slow for large ones.
 
-TopK counts, for each element, the elements that come before it (larger, or equal at a
-lower position; NaN above every number: onnxruntime's order) -- a reduction over the
-axis -- then the k first positions are found by rank, and the values loaded from them.
+TopK picks its k elements in k passes over the axis, O(k*n) per row: TopK's order is total
+(by value, NaN above every number as onnxruntime orders them, ties by the lower position),
+so the elements left at pass p are exactly those after pass p-1's pick, and the pick is
+the first of them. Kernel statements run one after the other, so a pass is one reduction
+statement over (pass, phase, element): its phases find the first class (NaN or number),
+the extreme value in it, then the lowest position holding that value, each reading the
+phases before it and the previous pass's pick from the accumulator. These reads of its
+own accumulator are flow dependences the poly layer keeps (rfactor and register
+promotion refuse such a statement), so passes and phases stay in order.
 """
 
 from __future__ import annotations
@@ -315,45 +321,102 @@ def _order(a: Expr, b: Expr, largest: bool) -> tuple[Expr, Expr]:
     return first, binary("or", binary("eq", a, b), binary("and", a_nan, b_nan))
 
 
+def _topk_layout(x_dtype: str, largest: bool) -> tuple[str, str, int]:
+    """(accumulator dtype, combiner, phases): float64 holds every float value and the
+    positions exactly; integers keep their signedness in 64 bits; floats have a class
+    phase for NaN."""
+    kind = np.dtype(x_dtype).kind
+    acc = (
+        "float64"
+        if kind == "f" or x_dtype == "bfloat16"
+        else ("uint64" if kind == "u" else "int64")
+    )
+    return acc, "max" if largest else "min", 3 if acc == "float64" else 2
+
+
 @lowering("TopK")
 def _topk(ctx: LowerContext) -> list[Statement]:
-    """rank[p] = #{j : x[j] before x[p]}; I[.., r, ..] = the p of rank r; V = x[I]."""
+    """T[.., p + 1, .., phase] over pass p and element j (T[.., 0, .., last] = 0 is the
+    pick before the first); I[.., r, ..] = the position in T[.., r + 1, .., last];
+    V = x[I]."""
     x = ctx.input_type(0)
     axis, k, largest = topk_facts(ctx.infer_context())
-    dims = ctx.dims(x.rank)
-    other = tuple("j" if a == axis else d for a, d in enumerate(dims))
-    mine, theirs = ctx.load(ctx.node.inputs[0], dims), ctx.load(ctx.node.inputs[0], other)
-    first, same = _order(theirs, mine, largest)
-    tie = binary("and", same, binary("lt", Iter("j"), Iter(dims[axis])))
-    before = select(binary("or", first, tie), ctx_const(1), ctx_const(0))
-    rank = ctx.temp("rank", x.shape, "int64")
     n = x.shape[axis]
-    statements = reduction(
-        ctx, f"{ctx.node.name}_rank", (dims, x.shape), (("j",), (n,)), rank, dims, before, "sum"
+    acc, combiner, phases = _topk_layout(x.dtype, largest)
+    dims = ctx.dims(x.rank)
+    outer = [d for a, d in enumerate(dims) if a != axis]
+    outer_shape = [e for a, e in enumerate(x.shape) if a != axis]
+    out_shape = [k if a == axis else e for a, e in enumerate(x.shape)]
+
+    def slot(place: str, phase: str) -> tuple[str, ...]:
+        return (*(place if a == axis else d for a, d in enumerate(dims)), phase)
+
+    table = ctx.temp(
+        "picks", [*[k + 1 if a == axis else e for a, e in enumerate(x.shape)], phases], acc
     )
-    out_shape = list(x.shape)
-    out_shape[axis] = k
-    hit = binary("eq", ctx.load_temp(rank, other), Iter(dims[axis]))
-    statements += reduction(
-        ctx,
-        f"{ctx.node.name}_position",
-        (dims, out_shape),
-        (("j",), (n,)),
-        ctx.output(1),
-        dims,
-        select(hit, Iter("j"), ctx_const(0)),
-        "sum",
-    )
-    if k == 0 or math.prod(out_shape) == 0:
-        return statements
-    found: list[str | Expr] = list(dims)
-    # the ranks are a permutation, so the position is below n; the bound costs one
-    # operation per output element and keeps the load inside x whatever the values
-    found[axis] = binary("min", ctx.load(ctx.node.outputs[1], dims), ctx_const(n - 1))
-    name = ctx.statement_name()
-    domain = ctx.domain(name, dims, out_shape)
-    value = ctx.load(ctx.node.inputs[0], found)
-    statements.append(Statement(name, dims, domain, ctx.output(0), dims, value))
+    last = str(phases - 1)
+
+    def position(stored: Expr) -> Expr:
+        """The position a stored pick names (its encoding makes the lowest position win
+        under the combiner), kept inside the axis whatever the value."""
+        value = as_dtype(stored, "int64")
+        if largest:
+            value = binary("sub", ctx_const(n - 1), value)
+        return binary("min", binary("max", value, ctx_const(0)), ctx_const(n - 1))
+
+    def element(place: Expr | str) -> Expr:
+        return ctx.load(ctx.node.inputs[0], [place if a == axis else d for a, d in enumerate(dims)])
+
+    statements: list[Statement] = []
+    if k > 0 and math.prod(outer_shape) > 0:
+        # the pick before the first: any position, never compared (pass 0 takes all)
+        name = ctx.statement_name(f"{ctx.node.name}_start")
+        domain = ctx.domain(name, outer, outer_shape)
+        start = Statement(name, tuple(outer), domain, table, slot("0", last), ctx.const(0, acc))
+        statements.append(start)
+        previous = position(ctx.load_temp(table, slot("p", last)))
+        mine = element("j")
+        before, tie = _order(element(previous), mine, largest)
+        later = binary("and", tie, binary("lt", previous, Iter("j")))
+        eligible = binary("or", binary("eq", Iter("p"), ctx_const(0)), binary("or", before, later))
+        skip = ctx.const(identity(combiner, acc), acc)  # type: ignore[arg-type]
+        number = as_dtype(Iter("j"), acc)
+        if largest:
+            number = binary("sub", ctx.const(n - 1, acc), number)
+        value = as_dtype(mine, acc)
+        found = [ctx.load_temp(table, slot("p + 1", str(ph))) for ph in range(phases)]
+        if phases == 3:
+            nan = binary("ne", mine, mine)
+            kind = select(nan, ctx.const(1, acc), ctx.const(0, acc))
+            in_class = binary("and", eligible, binary("eq", kind, found[0]))
+            best = select(binary("and", in_class, unary("not", nan)), value, skip)
+            hit = binary("or", nan, binary("eq", value, found[1]))
+            parts = [
+                select(eligible, kind, skip),
+                best,
+                select(binary("and", in_class, hit), number, skip),
+            ]
+        else:
+            hit = binary("and", eligible, binary("eq", value, found[0]))
+            parts = [select(eligible, value, skip), select(hit, number, skip)]
+        expr = parts[-1]
+        for ph in range(phases - 2, -1, -1):
+            expr = select(binary("eq", Iter("phase"), ctx_const(ph)), parts[ph], expr)
+        statements += reduction(
+            ctx,
+            f"{ctx.node.name}_pass",
+            ((*outer, "p", "phase"), (*outer_shape, k, phases)),
+            (("j",), (n,)),
+            table,
+            slot("p + 1", "phase"),
+            expr,
+            combiner,
+        )
+    picked = position(ctx.load_temp(table, slot(f"{dims[axis]} + 1", last)))
+    for out, value in ((1, picked), (0, element(picked))):
+        name = ctx.statement_name()
+        domain = ctx.domain(name, dims, out_shape)
+        statements.append(Statement(name, dims, domain, ctx.output(out), dims, value))
     return statements
 
 

@@ -104,6 +104,37 @@ def test_topk_rows(largest: int) -> None:
     _compare(model, {"x": x})
 
 
+def test_topk_of_a_vocabulary_row() -> None:
+    """Sampling's TopK over a GPT-2-sized row: k passes over 50 257 logits, not a rank
+    per element (ties and NaNs in it, checked against onnxruntime)."""
+    x = np.round(RNG.standard_normal((2, 50257)) * 8).astype(np.float32)
+    x[0, RNG.integers(0, 50257, 5)] = np.nan
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"])
+    model = _model(node, {"x": x}, ["v", "i"], {"k": np.array([50])})
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    values, positions = pt.compile(model, num_threads=2).run({"x": x})
+    np.testing.assert_array_equal(positions, want[1])
+    np.testing.assert_array_equal(values, want[0])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int32", "uint8", "int8"])
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_dtypes(dtype: str, largest: int) -> None:
+    """Every dtype against numpy's stable sort (ties by the lower position); uint8 and int8
+    hold values near their limits, which the 64-bit accumulators keep exact."""
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else None
+    if info is not None:
+        x = RNG.integers(info.min, int(info.max) + 1, (3, 7, 40)).astype(dtype)
+    else:
+        x = np.round(RNG.standard_normal((3, 7, 40)) * 3).astype(dtype)
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)
+    model = _model(node, {"x": x}, ["v", "i"], {"k": np.array([5])})
+    order = np.argsort(-x.astype(np.float64) if largest else x, axis=1, kind="stable")[:, :5]
+    values, positions = pt.compile(model, num_threads=2).run({"x": x})
+    np.testing.assert_array_equal(positions, order)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, order, axis=1))
+
+
 def test_onehot_and_trilu() -> None:
     indices = RNG.integers(-40, 40, (6, 70))
     node = helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=1)

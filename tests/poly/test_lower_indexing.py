@@ -343,3 +343,30 @@ def test_random_traces_keep_results(name: str, data: st.DataObject) -> None:
         for t in kernel.inputs()
     }
     check_random_trace(data, kernel, feeds, run_program_order(kernel, feeds))
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@SETTINGS
+@given(data=st.data())
+def test_random_traces_keep_topk_passes_in_order(largest: int, data: st.DataObject) -> None:
+    """TopK's passes read the previous pick and their earlier phases from the accumulator
+    they reduce into: no legal schedule may reorder them. Rows with ties, NaNs and
+    infinities; program order itself against onnxruntime's order (numpy's stable sort
+    with NaN above every number)."""
+    inputs = {"x": ((3, 7), F32)}
+    node = helper.make_node("TopK", ["x", "k"], ["v", "j"], largest=largest)
+    graph = optimize(import_model(make([node], inputs, ["v", "j"], {"k": np.array([4])})))
+    (group,) = partition(graph).groups
+    kernel = lower(graph, group)
+    x = np.round(RNG.standard_normal((3, 7)) * 2).astype(np.float32)
+    x[0, [1, 4]] = np.nan
+    x[1, [0, 5]] = [np.inf, -np.inf]
+    feeds = {t.name: x for t in kernel.inputs()}
+    want = run_program_order(kernel, feeds)
+    key = np.where(np.isnan(x), np.inf, x)
+    key = np.where(np.isposinf(x), np.finfo(np.float64).max, key)
+    key = np.where(np.isneginf(x), -np.finfo(np.float64).max, key)
+    order = np.argsort(-key if largest else key, axis=1, kind="stable")[:, :4]
+    found = want[kernel.by_source("j").name]
+    np.testing.assert_array_equal(found, order)
+    check_random_trace(data, kernel, feeds, want)
