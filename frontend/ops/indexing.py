@@ -124,7 +124,8 @@ def _axis(ctx: InferContext, rank: int) -> int:
 # --- Gather -----------------------------------------------------------------------------
 
 
-def _gather_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
+def _axis_bound(ctx: InferContext) -> tuple[IndexBound, ...]:
+    """Input 1 indexes data's `axis` (Gather, GatherElements, ScatterElements)."""
     axis = _axis(ctx, len(ctx.shape(0)))
     return (IndexBound(1, (ctx.shape(0)[axis],), ctx.node.inputs[0], axis),)
 
@@ -148,11 +149,6 @@ def _gather(ctx: InferContext) -> tuple[TensorType, ...]:
 
 
 # --- GatherElements ---------------------------------------------------------------------
-
-
-def _elements_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
-    axis = _axis(ctx, len(ctx.shape(0)))
-    return (IndexBound(1, (ctx.shape(0)[axis],), ctx.node.inputs[0], axis),)
 
 
 def _gather_elements_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
@@ -348,10 +344,10 @@ def _scatter_nd(ctx: InferContext) -> tuple[TensorType, ...]:
 
 INDEX_BOUNDS.update(
     {
-        "Gather": _gather_bounds,
-        "GatherElements": _elements_bounds,
+        "Gather": _axis_bound,
+        "GatherElements": _axis_bound,
         "GatherND": _nd_bounds,
-        "ScatterElements": _elements_bounds,
+        "ScatterElements": _axis_bound,
         "ScatterND": _scatter_nd_bounds,
     }
 )

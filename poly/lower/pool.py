@@ -35,10 +35,8 @@ def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
 
 #: pad a pool's input in a temporary when its window slides by one along every axis and
 #: its output rows are at least this long: every input element is then read `kernel`
-#: times along a row, which amortizes the copy. Measured in Inception v2's model with the
-#: copy made per channel tile: its 3x3 AveragePools over 14x14 152 -> 45 us a call; of its
-#: stride-2 pools three lost 6-47% and one (over 14x14) gained 21%; of its 7-wide ones
-#: (which run scalar) an AveragePool took 1.9x as long and a MaxPool gained 17%
+#: times along a row, which amortizes the copy; strided windows read each element about
+#: once, and short rows run scalar, so the copy does not pay for itself there
 PAD_MIN_ROW = 8
 
 
