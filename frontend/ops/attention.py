@@ -15,7 +15,8 @@ K / V broadcast over the group axis in the MatMuls. past_key / past_value are
 concatenated in front of K / V (giving present_key / present_value);
 qk_matmul_output is the scores at the stage `qk_matmul_output_mode` names (0: Q·Kᵀ
 scaled, 1: after softcap, 2: plus the bias, 3: the softmax). Opset 24's
-`nonpad_kv_seqlen` is refused.
+`nonpad_kv_seqlen` masks the keys at and after each batch's valid length, as part of the
+additive bias (`_nonpad_bias`).
 """
 
 from __future__ import annotations
@@ -286,8 +287,16 @@ def _attention_canonicalize(ctx: InferContext, since: int) -> Rewrite:
         else:
             v = current
     kv_len = ctx.shape(1)[1 if three_d else 2] + past
-    scale = ctx.attr_float("scale", 0.0) or 1.0 / math.sqrt(dq)
-    root = scalar(math.sqrt(scale), "scale_root")  # Q and K each, as the spec says
+    # 1/sqrt(head_size) only when `scale` is absent: an explicit 0 is uniform attention,
+    # as onnx's reference computes it; Q and K each take sqrt(scale), as the spec says
+    given = node.attrs.get("scale")
+    scale = 1.0 / math.sqrt(dq) if given is None else float(given)  # type: ignore[arg-type]
+    if scale < 0:
+        raise ctx.unsupported(
+            f"scale {scale:g} is negative: the spec scales Q and K by sqrt(scale) "
+            "(onnxruntime refuses it, onnx's reference gives NaN)"
+        )
+    root = scalar(math.sqrt(scale), "scale_root")
     scaled = g.op("Mul", (q, root))
     keys = g.op("Transpose", (g.op("Mul", (k, root)),), perm=(0, 1, 3, 2))
     group = hq // hkv
