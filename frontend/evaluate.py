@@ -29,12 +29,15 @@ def evaluate_node(ctx: InferContext, out_types: Sequence[TensorType]) -> tuple[n
     node = ctx.node
     op = OPS[node.op_type]
     ctx = _widened(ctx)
-    if node.op_type == "Cast" and (is_narrow(ctx.dtype(0)) or is_narrow(out_types[0].dtype)):
-        results: Sequence[np.ndarray] = (_narrow_cast(ctx, out_types[0].dtype),)
-    elif op.evaluate is not None:
-        results = op.evaluate(ctx, [v if v is not None else _missing() for v in ctx.values])
-    else:
-        results = _reference(ctx)
+    # IEEE results (log 0 = -inf, inf cast to int) are what the compiled code would give:
+    # folding computes them silently, as it does
+    with np.errstate(all="ignore"):
+        if node.op_type == "Cast" and (is_narrow(ctx.dtype(0)) or is_narrow(out_types[0].dtype)):
+            results: Sequence[np.ndarray] = (_narrow_cast(ctx, out_types[0].dtype),)
+        elif op.evaluate is not None:
+            results = op.evaluate(ctx, [v if v is not None else _missing() for v in ctx.values])
+        else:
+            results = _reference(ctx)
     out = []
     for name, value, t in zip(node.outputs, results, out_types, strict=False):
         array = np.asarray(value)

@@ -252,13 +252,20 @@ def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
 
 
 def raise_unsupported(model_name: str, bad: Sequence[tuple[str, str, str]]) -> None:
-    by_op: dict[str, list[str]] = {}
+    by_op: dict[str, list[tuple[str, str]]] = {}
     for name, op, reason in bad:
-        by_op.setdefault(f"{op} ({reason})", []).append(name)
-    lines = [
-        f"  {op}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
-        for op, names in by_op.items()
-    ]
+        by_op.setdefault(op, []).append((name, reason))
+    lines = []
+    for op, found in by_op.items():
+        reasons = list(dict.fromkeys(reason for _, reason in found))
+        if len(reasons) == 1:  # one line for the op: its reason, then its nodes
+            names = [name for name, _ in found]
+            more = f" ... ({len(names) - 8} more)" if len(names) > 8 else ""
+            lines.append(f"  {op} ({reasons[0]}): {', '.join(names[:8])}{more}")
+        else:  # reasons that name each node's inputs: the first few nodes with theirs
+            more = f"; ... ({len(found) - 3} more)" if len(found) > 3 else ""
+            shown = "; ".join(f"{name} ({reason})" for name, reason in found[:3])
+            lines.append(f"  {op}: {shown}{more}")
     quantized = sorted({op for _, op, reason in bad if reason == _QUANTIZED})
     header = (
         f"model '{model_name}' is int8-quantized ({', '.join(quantized)}), which polytile "

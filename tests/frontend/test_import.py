@@ -269,3 +269,25 @@ def test_absurd_shapes_are_shape_errors() -> None:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(ShapeError, match="range"):
         import_model(m)
+
+
+def test_one_op_refused_on_many_nodes_is_counted_once_and_the_message_stays_short() -> None:
+    """Refusals whose reasons name each node's input (a run-time NonZero) group by op."""
+    nodes, outputs, inputs = [], [], []
+    for i in range(12):
+        nodes += [
+            helper.make_node("Greater", [f"x{i}", "zero"], [f"g{i}"]),
+            helper.make_node("NonZero", [f"g{i}"], [f"nz{i}"], name=f"nonzero{i}"),
+        ]
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [4]))
+        outputs.append(helper.make_tensor_value_info(f"nz{i}", TensorProto.INT64, None))
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=[zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError) as info:
+        import_model(model, name="many")
+    message = str(info.value)
+    assert "uses 1 unsupported op(s) or variant(s) in 12 node(s)" in message
+    assert "nonzero0" in message and "(9 more)" in message and "'g0'" in message
+    assert len(message) < 1500
+    assert len(info.value.unsupported) == 12

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from polytile.errors import InputError
 from polytile.frontend import PASSES, OptimizeConfig, import_model, optimize
@@ -287,3 +287,33 @@ def test_other_convs_keep_their_strides(kernel: tuple[int, int], attrs: dict) ->
     assert [n.op_type for n in graph.nodes] == ["Conv"]
     strides = graph.nodes[0].attrs.get("strides", (1, 1))
     assert tuple(strides) == tuple(attrs.get("strides", (1, 1)))
+
+
+def test_folding_computes_ieee_results_without_warnings() -> None:
+    """log(0) = -inf and the like are the model's own values (T5's position buckets):
+    folding gives them as the compiled code would, without numpy's RuntimeWarnings."""
+    import warnings
+
+    nodes = [
+        helper.make_node("Log", ["z"], ["l"]),
+        helper.make_node("Cast", ["l"], ["i"], to=TensorProto.INT64),
+        helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "l"], ["y"]),
+        helper.make_node("Add", ["x", "f"], ["w"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, None),
+        ],
+        initializer=[numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "z")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        graph = optimize(import_model(model))
+    folded = [v for v in graph.constants.values() if v.dtype == np.float32 and v.shape == (2,)]
+    assert any(np.isneginf(v[0]) and v[1] == 0 for v in folded)
