@@ -18,7 +18,11 @@ finds the last hitting update's number (-1 for none), and a second statement sel
 that update or `data`. Indices out of range hit nothing, so a scatter reads no memory
 outside its tensors even unchecked. The cost is the output's positions times the
 updates, not the updates alone: right for the small scatters of models (attention
-masks, cache rows), slow for large ones.
+masks, cache rows, most folded at compile time), quadratic for large ones. A write
+through a run-time index would cost the updates alone, but statements store at affine
+indices only (the dependences, every transformation, inlining and codegen's register
+accumulators rely on it), so a scatter above `SCATTER_COMPARISONS` compare-points is
+refused by name rather than compiled into a kernel whose cost is out of all proportion.
 
 TopK picks its k elements in k passes over the axis, O(k*n) per row: TopK's order is total
 (by value, NaN above every number as onnxruntime orders them, ties by the lower position),
@@ -53,6 +57,10 @@ from ..kernel import Statement
 from .base import LowerContext, as_dtype, lowering, reduction
 
 COMBINER = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
+#: the most (output position, update) pairs a scatter compares, e.g. 10 000 positions
+#: against 10 000 updates; 2048 tokens written into a (1, 32, 2048, 128) cache with index
+#: tuples of 3 would be 65 536 x 65 536 = 4.3e9
+SCATTER_COMPARISONS = 10**8
 
 
 def _axis(ctx: LowerContext, rank: int, default: int = 0) -> int:
@@ -180,6 +188,19 @@ def _all(terms: Sequence[Expr]) -> Expr:
 Box = tuple[Sequence[str], Sequence[int]]
 
 
+def _affordable(ctx: LowerContext, positions: int, updates: int) -> None:
+    """Refuse a scatter comparing more than `SCATTER_COMPARISONS` pairs (see the module
+    doc), naming the node and its sizes."""
+    pairs = positions * updates
+    if pairs > SCATTER_COMPARISONS:
+        raise ctx.unsupported(
+            f"scattering into data {list(ctx.input_type(0).shape)} compares {positions} "
+            f"output positions with {updates} run-time updates each ({pairs:.2g} pairs, "
+            f"more than {SCATTER_COMPARISONS:.0e}); writes through run-time indices are "
+            "not supported"
+        )
+
+
 def _combine(
     ctx: LowerContext, out: Box, j: Box, hit: Expr, update: Expr, how: str, where: Sequence[str]
 ) -> list[Statement]:
@@ -239,6 +260,11 @@ def _scatter_elements(ctx: LowerContext) -> list[Statement]:
         if a != axis and indices.shape[a] < data.shape[a]
     ]
     how = scatter_reduction(ctx.infer_context())
+    reach = [
+        min(n, m) if a != axis else n
+        for a, (n, m) in enumerate(zip(data.shape, indices.shape, strict=True))
+    ]
+    _affordable(ctx, math.prod(reach), indices.shape[axis])
     out: Box = (dims, data.shape)
     j: Box = (("j",), (indices.shape[axis],))
     if how != "none":
@@ -274,6 +300,8 @@ def _scatter_nd(ctx: LowerContext) -> list[Statement]:
         ]
     )
     how = scatter_reduction(ctx.infer_context())
+    # with a reduction every element combines; without, a position's last update is found
+    _affordable(ctx, math.prod(data.shape if how != "none" else data.shape[:m]), math.prod(u_shape))
     j: Box = (u_dims, u_shape)
     if how != "none":
         update = ctx.load(ctx.node.inputs[2], [*u_dims, *rest_dims])

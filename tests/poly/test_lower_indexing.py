@@ -370,3 +370,35 @@ def test_random_traces_keep_topk_passes_in_order(largest: int, data: st.DataObje
     found = want[kernel.by_source("j").name]
     np.testing.assert_array_equal(found, order)
     check_random_trace(data, kernel, feeds, want)
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "words"),
+    [
+        (
+            "ScatterND",
+            {
+                "x": ((1, 32, 2048, 128), F32),
+                "i": ((1, 32, 2048, 3), I64),
+                "u": ((1, 32, 2048, 128), F32),
+            },
+            "compares 65536 output positions with 65536 run-time updates each",
+        ),
+        (
+            "ScatterElements",
+            {"x": ((4, 50000), F32), "i": ((4, 1000), I64), "u": ((4, 1000), F32)},
+            "compares 200000 output positions with 1000 run-time updates each",
+        ),
+    ],
+    ids=["kv_cache_prefill", "elements"],
+)
+def test_a_quadratic_scatter_is_refused_by_name(op: str, inputs: dict, words: str) -> None:
+    """Without writes through run-time indices a scatter compares every output position
+    with every update: above SCATTER_COMPARISONS pairs it is refused, naming the node,
+    the data and both counts."""
+    axis = {"axis": 1} if op == "ScatterElements" else {}
+    node = helper.make_node(op, ["x", "i", "u"], ["y"], name="cache", **axis)
+    graph = optimize(import_model(make([node], inputs, ["y"])))
+    (group,) = partition(graph).groups
+    with pytest.raises(UnsupportedOpError, match=rf"'cache' \({op}\).*{words}"):
+        lower(graph, group)
