@@ -207,7 +207,8 @@ def batchnorm_to_affine(graph: Graph) -> Graph:
     types = dict(graph.types)
     for node in graph.nodes:
         params = node.inputs[1:5]
-        if node.op_type != "BatchNormalization" or not all(p in graph.constants for p in params):
+        affine = node.op_type == "BatchNormalization" and not node.attrs.get("training_mode", 0)
+        if not affine or not all(p in graph.constants for p in params):
             nodes.append(node)
             continue
         x = node.inputs[0]

@@ -419,8 +419,9 @@ def _batch_norm_check(ctx: InferContext) -> None:
     x = ctx.type(0)
     if x.rank < 2:
         raise ctx.error(f"X has shape {list(x.shape)}; expected rank >= 2 (N, C, ...)")
-    if ctx.attr_int("training_mode", 0):
-        raise ctx.unsupported("training_mode=1 (only inference is supported)")
+    # training_mode=1 normalizes by the batch's own statistics: where X is a constant (the
+    # weight standardization of BiT / NFNet convs) folding computes it; on a run-time X
+    # the lowering refuses it
     _require_outputs(ctx, 1, "training statistics")
     for index, what in ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")):
         _channel_vector(ctx, index, x.shape[1], what)
@@ -441,6 +442,9 @@ def _batch_norm_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[n
     shape = _channel_shape(x)
     eps = ctx.attr_float("epsilon", 1e-5)
     calc = np.float64 if x.dtype == np.float64 else np.float32
+    if ctx.attr_int("training_mode", 0):  # the batch's statistics (variance: population)
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        mean, var = x.astype(calc).mean(axis=axes), x.astype(calc).var(axis=axes)
     y = (x.astype(calc) - mean.reshape(shape)) / np.sqrt(var.reshape(shape).astype(calc) + eps)
     y = y * scale.reshape(shape) + bias.reshape(shape)
     return (y.astype(x.dtype),)

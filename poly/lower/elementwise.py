@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from polytile.errors import UnsupportedOpError
+
 from ..expr import Cast, Const, Expr, binary, select, unary
 from ..kernel import Statement
 from .base import LowerContext, lowering
@@ -227,6 +229,13 @@ def _batch_norm(ctx: LowerContext, a: list[Expr]) -> Expr:
 
 
 def _batch_norm_lowering(ctx: LowerContext) -> list[Statement]:
+    if ctx.attr("training_mode", 0):
+        raise UnsupportedOpError(
+            f"node '{ctx.node.name}' (BatchNormalization): training_mode=1 on an input known "
+            "only at run time (only inference is supported; on constants, as in weight "
+            "standardization, it is computed at compile time)",
+            ((ctx.node.name, "BatchNormalization", "training_mode=1"),),
+        )
     out = ctx.output_type()
     dims = ctx.dims(out.rank)
     name = ctx.statement_name()

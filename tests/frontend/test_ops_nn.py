@@ -728,14 +728,6 @@ UNSUPPORTED = [
     (
         "BatchNormalization",
         {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (3,), "v": (3,)},
-        {"training_mode": 1},
-        ("y",),
-        15,
-        "training_mode",
-    ),
-    (
-        "BatchNormalization",
-        {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (3,), "v": (3,)},
         {},
         ("y", "mean", "var"),
         15,
