@@ -1,8 +1,8 @@
 """Run-time index checks: an index read from a run-time tensor outside its axis stops the
 compiled model with an `IndexOutOfRangeError` naming the model, node, input, value and
 position -- never a read outside a tensor -- on one and two threads, after save/load,
-and through `InferenceSession` and `polytile.backend`; valid (also negative) indices
-give onnxruntime's results.
+and through `InferenceSession` and `polytile.backend`, also while another Python thread
+runs the same model; valid (also negative) indices give onnxruntime's results.
 
 The models run in a child process (this file run as a script): a crash there fails the
 tests instead of killing pytest."""
@@ -193,6 +193,60 @@ def _outcome(run: Any, feeds: dict) -> dict:
     return {"error": None, "message": ""}
 
 
+def _largest_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """The largest absolute difference (inf when the shapes or dtypes differ)."""
+    if len(got) != len(want):
+        return float("inf")
+    errors = [0.0]
+    for g, w in zip(got, want, strict=True):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return float("inf")
+        if g.size:
+            errors.append(float(np.max(np.abs(g.astype(np.float64) - w))))
+    return max(errors)
+
+
+def concurrent_child(rounds: int) -> None:
+    """Two Python threads call `run` on one compiled model at once, `rounds` times each:
+    one with an index out of range (a different value and position every round), one
+    with valid indices (different every round). Prints what each saw, as JSON."""
+    import threading
+
+    import polytile as pt
+
+    model, _, _ = cases()["gather_embedding"]
+    table = numpy_helper.to_array(model.graph.initializer[0])
+    compiled = pt.compile(model, num_threads=2)
+    start = threading.Barrier(2)
+    seen: dict[str, list] = {"bad": [], "good": []}
+
+    def bad() -> None:
+        start.wait()
+        for r in range(rounds):
+            ids = np.zeros((2, 3), np.int64)
+            ids[r % 2, r % 3] = 10 + r
+            seen["bad"].append([r, _outcome(compiled.run, {"ids": ids})])
+
+    def good() -> None:
+        rng = np.random.default_rng(5)
+        start.wait()
+        for _ in range(rounds):
+            ids = rng.integers(-10, 10, (2, 3))
+            want = table[np.where(ids < 0, ids + 10, ids)]
+            try:
+                (got,) = compiled.run({"ids": ids})
+                seen["good"].append(_largest_error([got], [want]))
+            except pt.errors.PolytileError as err:
+                seen["good"].append(str(err))
+
+    threads = [threading.Thread(target=bad), threading.Thread(target=good)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps(seen), flush=True)
+
+
 def child(names: list[str]) -> None:
     """Compile each case on one and two threads, run it, print one JSON line per case."""
     import polytile as pt
@@ -205,20 +259,14 @@ def child(names: list[str]) -> None:
         want = _reference(model, good)
         for threads in (1, 2):
             compiled = pt.compile(model, num_threads=threads)
-            got = compiled.run(good)
-            error = max(
-                float(np.max(np.abs(g - w))) if g.size else 0.0
-                for g, w in zip(got, want, strict=True)
-            )
+            error = _largest_error(compiled.run(good), want)
             report["runs"].append({"threads": threads, "error": error})
             report.setdefault("bad", []).append([_outcome(compiled.run, feeds) for feeds, _ in bad])
         with tempfile.TemporaryDirectory() as tmp:
             compiled.save(Path(tmp) / "m.ptm")
             loaded = pt.load(Path(tmp) / "m.ptm", num_threads=2)
             report["loaded"] = [_outcome(loaded.run, feeds) for feeds, _ in bad]
-            report["loaded_ok"] = bool(
-                all(np.allclose(g, w) for g, w in zip(loaded.run(good), want, strict=True))
-            )
+            report["loaded_error"] = _largest_error(loaded.run(good), want)
         session = pt.InferenceSession(model.SerializeToString())
         report["session"] = [_outcome(partial(session.run, None), feeds) for feeds, _ in bad]
         prepared = backend.prepare(model)
@@ -260,7 +308,7 @@ def test_index_checks(reports: dict[str, dict], name: str) -> None:
     node = model.graph.node[-1]
     for run in report["runs"]:
         assert run["error"] < 1e-5, f"{run['threads']} thread(s): wrong results"
-    assert report["loaded_ok"]
+    assert report["loaded_error"] < 1e-5, "wrong results after save and load"
     outcomes = [*report["bad"], report["loaded"], report["session"], report["backend"]]
     for found in outcomes:
         for outcome, (_, fragment) in zip(found, bad, strict=True):
@@ -309,8 +357,9 @@ def test_a_checked_model_keeps_its_checks_in_the_manifest(tmp_path: Path) -> Non
     assert manifest["checks"][0]["node"] == "node 'gnd' (GatherND)"
     feeds = compiled.random_inputs(3)
     assert np.all(feeds["i"] >= 0) and np.all(feeds["i"] < 3)
-    compiled.run(feeds)
-    assert good
+    for given in (feeds, good):
+        got, want = compiled.run(given), _reference(model, given)
+        assert _largest_error(got, want) < 1e-6
 
 
 def test_a_model_saved_without_checks_still_loads(tmp_path: Path) -> None:
@@ -325,7 +374,39 @@ def test_a_model_saved_without_checks_still_loads(tmp_path: Path) -> None:
     loaded = pt.load(path)
     assert loaded.manifest.checks is None
     np.testing.assert_array_equal(loaded.run(good)[0], _reference(model, good)[0])
+    # saved again, it still has no checks (an empty list would read a status it never set)
+    again = pt.load(loaded.save(tmp_path / "again.ptm"))
+    assert again.manifest.checks is None
+    assert "checks" not in json.loads((tmp_path / "again.ptm" / "manifest.json").read_text())
+    np.testing.assert_array_equal(again.run(good)[0], _reference(model, good)[0])
+
+
+def test_concurrent_runs_each_name_their_own_index() -> None:
+    """One compiled model, two Python threads running it at once: every call with a bad
+    index raises naming that call's value and position, and every call with good ones
+    returns numpy's result (the fault position and value are per call, not shared)."""
+    rounds = 200
+    done = subprocess.run(
+        [sys.executable, __file__, "--concurrent", str(rounds)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"the child process stopped (status {done.returncode}): {done.stderr[-3000:]}"
+    seen = json.loads(lines[-1])
+    assert len(seen["bad"]) == len(seen["good"]) == rounds
+    for r, outcome in seen["bad"]:
+        assert outcome["error"] == "IndexOutOfRangeError", outcome
+        expected = f"index {10 + r} is out of range .* position \\[{r % 2}, {r % 3}\\]"
+        assert re.search(expected, outcome["message"]), (r, outcome["message"])
+    for error in seen["good"]:
+        assert error == 0.0, error
 
 
 if __name__ == "__main__":
-    child(sys.argv[1:])
+    if sys.argv[1:2] == ["--concurrent"]:
+        concurrent_child(int(sys.argv[2]))
+    else:
+        child(sys.argv[1:])
