@@ -27,7 +27,7 @@ run: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/frontend_bench.py

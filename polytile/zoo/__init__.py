@@ -123,11 +123,15 @@ NAMES: tuple[str, ...] = (*_LIGHT, *_MODERN_FILES, *generated.GENERATED)
 
 _LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 #: bumped when a filling rule changes, so cached models of the old rules are not reused
-_FILL_VERSION = 2
+_FILL_VERSION = 3
 
 
 _QUANTIZED = ("qdq", "qop", "int8dyn")
-#: sizes of symbolic dimensions for the input the weights are scaled on
+#: how many seeded inputs the weights are scaled on, and where their seeds start (apart
+#: from the small seeds users draw test inputs with)
+_CALIBRATION = 4
+_CALIBRATION_SEEDS = 1 << 20
+#: sizes of symbolic dimensions for the inputs the weights are scaled on
 _CALIBRATION_DIMS = {"batch": 1, "seq": 32}
 
 
@@ -219,7 +223,8 @@ def _build_unchecked(name: str, seed: int) -> onnx.ModelProto:
     model = randomize_light(model, seed, modern_roles(model.graph), doc)
     if _split(name)[1] in _QUANTIZED:
         return model  # its weights are int8 data of quantization ops polytile refuses
-    return scale_layers(model, random_inputs(model, seed, dims=_CALIBRATION_DIMS))
+    seeds = [_CALIBRATION_SEEDS + seed * _CALIBRATION + k for k in range(_CALIBRATION)]
+    return scale_layers(model, [random_inputs(model, s, dims=_CALIBRATION_DIMS) for s in seeds])
 
 
 def _check(name: str, model: onnx.ModelProto | bytes) -> None:

@@ -6,8 +6,8 @@ each block (ResNet-34's logits reach 1e3), and SiLU / hard-swish pass on less of
 input's power than ReLU, for which He's scale is made, so MobileNetV3's outputs fall to
 1e-4. Trained weights do not do that. Layer-sequential unit-variance scaling (Mishkin and
 Matas, "All you need is a good init", 2016) fixes both for any architecture: the graph
-is run node by node on a seeded input, and each weight layer's weights are scaled so its
-output has unit standard deviation before the nodes after it run.
+is run node by node on a few seeded inputs, and each weight layer's weights are scaled so
+its output has unit standard deviation over them before the nodes after it run.
 
 Nodes run one at a time through onnxruntime (a one-node model each). The scale factors
 are rounded to powers of 2^(1/16), so the weights do not change with the last bits of
@@ -17,7 +17,8 @@ onnxruntime's arithmetic.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -52,12 +53,15 @@ class _NodeRunner:
         self._options.log_severity_level = 3
         self._options.intra_op_num_threads = 1
 
-    def run(self, node: onnx.NodeProto, values: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(
+        self, node: onnx.NodeProto, values: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[list[np.ndarray]]:
+        """The node's outputs for each of the value sets (one session, several runs)."""
         inputs = [name for name in dict.fromkeys(node.input) if name]
         graph = helper.make_graph(
             [node],
             "node",
-            [_value_info(name, values[name]) for name in inputs],
+            [_value_info(name, values[0][name]) for name in inputs],
             [onnx.ValueInfoProto(name=name) for name in node.output if name],
         )
         model = helper.make_model(graph, opset_imports=self._opsets)
@@ -65,7 +69,7 @@ class _NodeRunner:
         session = self._ort.InferenceSession(
             model.SerializeToString(), self._options, providers=["CPUExecutionProvider"]
         )
-        return session.run(None, {name: values[name] for name in inputs})
+        return [session.run(None, {name: v[name] for name in inputs}) for v in values]
 
 
 def _factor(output: np.ndarray) -> float | None:
@@ -76,9 +80,13 @@ def _factor(output: np.ndarray) -> float | None:
     return _STEP ** round(-math.log(std, _STEP))
 
 
-def scale_layers(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """Scale each weight layer of `model` (in place) so its output on `feeds` has unit
-    standard deviation, in topological order, as LSUV does."""
+def scale_layers(
+    model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+) -> onnx.ModelProto:
+    """Scale each weight layer of `model` (in place) so its output over all `feeds` has
+    unit standard deviation, in topological order, as LSUV does. Several feeds: a layer
+    over few values (a squeeze-excitation's pooled vector) estimated on one input alone
+    leaves the next inputs' activations growing block after block."""
     graph = model.graph
     if any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -87,32 +95,34 @@ def scale_layers(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> onn
     ):
         return model  # subgraphs read outer values: not run node by node; keep weights
     inits = {t.name: t for t in graph.initializer}
-    values: dict[str, np.ndarray] = {name: numpy_helper.to_array(t) for name, t in inits.items()}
-    values.update(feeds)
+    weights: dict[str, np.ndarray] = {name: numpy_helper.to_array(t) for name, t in inits.items()}
+    acts = [dict(feed) for feed in feeds]  # each feed's activations
+    views = [ChainMap(a, weights) for a in acts]
     last_use = {name: i for i, node in enumerate(graph.node) for name in node.input}
     runner = _NodeRunner(model)
     scaled: set[str] = set()
     for i, node in enumerate(graph.node):
-        outputs = runner.run(node, values)
+        outputs = runner.run(node, views)
         slot = _LAYERS.get(node.op_type)
         weight = node.input[slot] if slot is not None and len(node.input) > slot else ""
         if (
             weight in inits
             and weight not in scaled
-            and values[weight].dtype.kind == "f"
-            and outputs[0].dtype.kind == "f"
+            and weights[weight].dtype.kind == "f"
+            and outputs[0][0].dtype.kind == "f"
         ):
-            factor = _factor(outputs[0])
+            factor = _factor(np.concatenate([o[0].reshape(-1) for o in outputs]))
             if factor is not None:
-                values[weight] = (values[weight] * factor).astype(values[weight].dtype)
+                weights[weight] = (weights[weight] * factor).astype(weights[weight].dtype)
                 scaled.add(weight)
-                outputs = runner.run(node, values)
-        for name, value in zip(node.output, outputs, strict=False):
-            if name:
-                values[name] = value
-        for name in node.input:  # intermediate values nothing reads later are dropped
-            if last_use.get(name) == i and name not in inits and name not in feeds:
-                values.pop(name, None)
+                outputs = runner.run(node, views)
+        for act, results in zip(acts, outputs, strict=True):
+            act.update(
+                (name, value) for name, value in zip(node.output, results, strict=False) if name
+            )
+            for name in node.input:  # intermediate values nothing reads later are dropped
+                if last_use.get(name) == i and name not in inits and name not in feeds[0]:
+                    act.pop(name, None)
     for name in scaled:
-        inits[name].CopyFrom(numpy_helper.from_array(values[name], name))
+        inits[name].CopyFrom(numpy_helper.from_array(weights[name], name))
     return model

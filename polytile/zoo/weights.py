@@ -237,6 +237,8 @@ _NORM_ROLES: dict[str, dict[int, Sampler]] = {
     "InstanceNormalization": {1: _uniform(0.8, 1.2), 2: normal(0.05)},
     "GroupNormalization": {1: _uniform(0.8, 1.2), 2: normal(0.05)},
 }
+#: ops whose input 1 is a weight matrix, drawn by role even when small enough to ship
+_LAYERS = frozenset({"Conv", "MatMul", "Gemm"})
 #: ops that pass a weight on unchanged: its role is its readers' role
 _PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Transpose"})
 
@@ -246,7 +248,8 @@ def _lecun_normal(fan_in: int) -> Sampler:
 
 
 def modern_roles(graph: onnx.GraphProto) -> Roles:
-    """torchvision / timm / Hugging Face exports: weights by role, small tensors kept.
+    """torchvision / timm / Hugging Face exports: weights by role (small conv / linear
+    weights too), norm parameters perturbed, other small tensors kept.
 
     A fill read by none of the weight roles (Swin's attention-mask canvas, read by
     ScatterND) keeps its exact fill value: it is data of the graph, not a weight.
@@ -280,7 +283,7 @@ def modern_roles(graph: onnx.GraphProto) -> Roles:
 
     def roles(name: str, shape: tuple[int, ...], fill: bool) -> Sampler | None:
         for node, slot, _ in readers(name):
-            if fill:
+            if fill or (node.op_type in _LAYERS and slot == 1):  # small convs are weights too
                 sampler = weight_role(node, slot, shape)
             else:
                 sampler = _NORM_ROLES.get(node.op_type, {}).get(slot)

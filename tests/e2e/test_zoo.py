@@ -330,8 +330,8 @@ def test_cache_dir_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_materialize_writes_once(tmp_path: Path) -> None:
     root = tmp_path / "cache" / "nested"
     path = zoo.materialize("mlp", seed=2, cache_root=root)
-    assert path == root / "mlp-seed2-v2.onnx" and path.is_file()
-    assert [p.name for p in root.iterdir()] == ["mlp-seed2-v2.onnx"]  # no temp file left
+    assert path == root / "mlp-seed2-v3.onnx" and path.is_file()
+    assert [p.name for p in root.iterdir()] == ["mlp-seed2-v3.onnx"]  # no temp file left
     past = path.stat().st_mtime_ns - 10**10  # make a rewrite visible on any filesystem
     os.utime(path, ns=(past, past))
     assert zoo.materialize("mlp", seed=2, cache_root=root) == path

@@ -128,13 +128,13 @@ def test_a_batch_measuring_the_default_never_proposes_it_again(tmp_path: Path) -
     from polytile.search.records import trace_key
     from polytile.search.tune import Tuner
 
-    tuner = Tuner(
-        extract_tasks(model()), RecordFile(tmp_path / "r.jsonl"), host(1), 0, model=RandomModel(0)
-    )
+    tasks, records = extract_tasks(model()), RecordFile(tmp_path / "r.jsonl")
+    # one candidate built per slot (no ranking): the mutations of the default show at once
+    tuner = Tuner(tasks, records, host(1), 0, model=RandomModel(0), pool=1)
     state = tuner.states[0]
 
     def hits(exclude: frozenset[str]) -> int:
-        rounds = (tuner.propose(state, 6, exclude) for _ in range(10))
+        rounds = (tuner.propose(state, 6, exclude) for _ in range(3))
         return sum(state.default_key in [trace_key(c.trace) for c in r] for r in rounds)
 
     assert hits(frozenset()) > 0  # the collision is real for this seed
