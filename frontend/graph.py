@@ -24,23 +24,26 @@ import numpy as np
 from .narrow import NARROW_DTYPES
 
 #: dtypes a tensor may have; names are numpy's.
-SUPPORTED_DTYPES = frozenset(
-    {
-        "bfloat16",
-        "float16",
-        "float32",
-        "float64",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "bool",
-    }
-) | NARROW_DTYPES  # storage types, converted by Cast only (frontend/narrow.py)
+SUPPORTED_DTYPES = (
+    frozenset(
+        {
+            "bfloat16",
+            "float16",
+            "float32",
+            "float64",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "bool",
+        }
+    )
+    | NARROW_DTYPES
+)  # storage types, converted by Cast only (frontend/narrow.py)
 #: bfloat16 is a storage type: its arithmetic is float32's, rounded (frontend/widen.py)
 FLOAT_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
