@@ -23,6 +23,7 @@ from polytile.codegen.target import Target, host
 from polytile.codegen.values import ROOT_POWERS
 from polytile.poly.default import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.reference import BINARY, UNARY
 
 pytestmark = pytest.mark.skipif(
     not host().vector_math, reason="this machine's C library has no libmvec"
@@ -30,25 +31,8 @@ pytestmark = pytest.mark.skipif(
 
 #: a libmvec function called in LLVM IR
 CALLED = re.compile(r'call [^@]*@"?(_ZGV\w+)')
-ERF = np.vectorize(math.erf, otypes=[np.float64])
-NUMPY = {
-    "exp": np.exp,
-    "log": np.log,
-    "tanh": np.tanh,
-    "erf": ERF,
-    "pow": np.power,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "asin": np.arcsin,
-    "acos": np.arccos,
-    "atan": np.arctan,
-    "sinh": np.sinh,
-    "cosh": np.cosh,
-    "asinh": np.arcsinh,
-    "acosh": np.arccosh,
-    "atanh": np.arctanh,
-}
+#: the oracle's float64 functions (poly/reference.py) for each libmvec function
+NUMPY = {name: UNARY.get(name) or BINARY[name] for name in vecmath.FUNCTIONS}
 #: numpy's (float64) results against float32 results: libmvec's 4 ulp and the rounding
 ULPS = 4.5
 
@@ -149,7 +133,7 @@ OPS = {
     "Exp": ("exp", np.exp),
     "Log": ("log", np.log),
     "Tanh": ("tanh", np.tanh),
-    "Erf": ("erf", ERF),
+    "Erf": ("erf", NUMPY["erf"]),
     "Sigmoid": ("exp", lambda x: 1.0 / (1.0 + np.exp(-x))),
 }
 
