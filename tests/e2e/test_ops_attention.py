@@ -7,17 +7,15 @@ reference evaluator."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 import polytile as pt
 from polytile.errors import PolytileError
+
+from peers import ort_run, reference
 
 RNG = np.random.default_rng(23)
 
@@ -37,18 +35,6 @@ def model(
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 10
     return m
-
-
-def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ReferenceEvaluator(m).run(None, feeds)
-
-
-def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
 
 
 def close(got: list[np.ndarray], want: list[np.ndarray], tol: float = 1e-5) -> None:

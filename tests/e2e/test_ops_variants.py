@@ -5,16 +5,14 @@ row-major or, with storage_order=1, column-major order)."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 import polytile as pt
+
+from peers import ort_run, reference
 
 RNG = np.random.default_rng(24)
 
@@ -39,18 +37,6 @@ def model(
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 9
     return m
-
-
-def reference(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ReferenceEvaluator(m).run(None, feeds)
-
-
-def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)
 
 
 # --- Resize antialias -----------------------------------------------------------------------
