@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 import polytile as pt
+
+from peers import ort_run
 
 RNG = np.random.default_rng(5)
 
@@ -26,12 +27,6 @@ def model(nodes: list[onnx.NodeProto], x: np.ndarray, opset: int = 13) -> onnx.M
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
-
-
-def ort_run(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), options).run(None, {"x": x})[0]
 
 
 def numpy_depth_to_space(x: np.ndarray, b: int, mode: str) -> np.ndarray:
@@ -52,7 +47,7 @@ def test_depth_to_space_block_3(mode: str, dtype: str) -> None:
     (got,) = pt.compile(m).run({"x": x})
     np.testing.assert_array_equal(got, numpy_depth_to_space(x, 3, mode))
     if dtype == "float32":
-        np.testing.assert_array_equal(got, ort_run(m, x))
+        np.testing.assert_array_equal(got, ort_run(m, {"x": x})[0])
 
 
 def test_space_to_depth_against_onnxruntime() -> None:
@@ -60,7 +55,7 @@ def test_space_to_depth_against_onnxruntime() -> None:
     m = model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)], x)
     (got,) = pt.compile(m).run({"x": x})
     assert got.shape == (1, 12, 2, 3)
-    np.testing.assert_array_equal(got, ort_run(m, x))
+    np.testing.assert_array_equal(got, ort_run(m, {"x": x})[0])
 
 
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])

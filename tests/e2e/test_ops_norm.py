@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 import polytile as pt
 from polytile.errors import UnsupportedOpError
 from polytile.frontend.importer import _Importer
+
+from peers import ort_run
 
 RNG = np.random.default_rng(11)
 
@@ -39,12 +40,6 @@ def model(
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8 if opset < 21 else 10
     return m
-
-
-def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)[0]
 
 
 def compiled_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -76,7 +71,7 @@ def test_group_norm_groups_differ_from_channels(shape: tuple[int, ...], groups: 
     got = compiled_run(m, {"x": x})
     want = numpy_group_norm(x, scale, bias, groups, 1e-3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got, ort_run(m, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("scale_at_run_time", [False, True])
@@ -148,7 +143,7 @@ def test_lp_norm_with_negative_values(p: int, axis: int) -> None:
     with np.errstate(invalid="ignore", divide="ignore"):
         want = np.where(norm == 0, 0, x / norm)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got, ort_run(m, {"x": x}), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("axes", [[0, 2, 3], [1], [-1, -2], [0, 1, 2, 3]])
@@ -162,7 +157,7 @@ def test_mvn_axes_against_onnxruntime(axes: list[int]) -> None:
     mean = calc.mean(axis=red, keepdims=True)
     want = (calc - mean) / (np.sqrt(((calc - mean) ** 2).mean(axis=red, keepdims=True)) + 1e-9)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got, ort_run(m, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("opset,axis", [(11, 1), (11, 0), (11, 2), (13, 1), (13, -3)])
@@ -172,7 +167,7 @@ def test_hardmax_opsets_against_onnxruntime(opset: int, axis: int) -> None:
     node = helper.make_node("Hardmax", ["x"], ["y"], axis=axis)
     m = model(node, {"x": x}, opset=opset)
     got = compiled_run(m, {"x": x})
-    np.testing.assert_array_equal(got, ort_run(m, {"x": x}))
+    np.testing.assert_array_equal(got, ort_run(m, {"x": x})[0])
     if opset < 13:
         rows = int(np.prod(x.shape[: axis % 3]))
         flat = x.reshape(rows, -1)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 import polytile as pt
+
+from peers import ort_run
 
 RNG = np.random.default_rng(7)
 
@@ -35,12 +36,6 @@ def model(
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
-
-
-def ort_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)[0]
 
 
 def compiled_run(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -70,7 +65,7 @@ def test_cumsum_inner_axis_odd_length(exclusive: int, reverse: int, axis: int) -
     got = compiled_run(m, x)
     want = numpy_cumsum(x, axis % 3, bool(exclusive), bool(reverse))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got, ort_run(m, {"x": x}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64", "float64", "float16"])
@@ -136,7 +131,7 @@ def test_reductions_on_several_axes(op: str, axes: list[int], keepdims: int) -> 
     got = compiled_run(m, x)
     want = REDUCERS[op](x.astype(np.float64), tuple(a % 3 for a in axes), bool(keepdims))
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got, ort_run(m, {"x": x}), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
