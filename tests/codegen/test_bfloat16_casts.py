@@ -16,8 +16,9 @@ from onnx import TensorProto, helper
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.dsl import kernel_from_node
 from polytile.poly.reference import bfloat16_of, run_program_order
+
+from casts import cast_both_ways
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 OPSET = 21
@@ -25,13 +26,7 @@ OPSET = 21
 
 def cast(x: np.ndarray, to: str) -> tuple[np.ndarray, np.ndarray]:
     """Cast of `x` to `to`, compiled and in program order."""
-    node = helper.make_node("Cast", ["x"], ["y"], to=helper.np_dtype_to_tensor_dtype(np.dtype(to)))
-    k = kernel_from_node(node, {"x": x.shape}, OPSET, dtypes={"x": x.dtype.name})
-    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)), host())
-    (compiled,) = native.outputs({"x": x}).values()
-    with np.errstate(all="ignore"):
-        reference = run_program_order(k, {"x": x})[k.outputs()[0].name]
-    return compiled, reference
+    return cast_both_ways(x, to, OPSET)
 
 
 def bits(x: np.ndarray) -> np.ndarray:

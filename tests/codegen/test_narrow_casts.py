@@ -12,14 +12,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import helper
 
-from polytile.codegen.native import NativeKernel
-from polytile.codegen.target import host
 from polytile.frontend.narrow import FLOAT_FORMATS, INT_FORMATS, cast_array
-from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.dsl import kernel_from_node
-from polytile.poly.reference import run_program_order
+
+from casts import cast_both_ways
 
 OPSET = 25
 FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
@@ -29,15 +25,7 @@ NARROW_INTS = sorted(INT_FORMATS)
 
 def cast(x: np.ndarray, to: str, **attrs: object) -> tuple[np.ndarray, np.ndarray]:
     """Cast of `x` to `to` (with Cast's attributes), compiled and in program order."""
-    node = helper.make_node(
-        "Cast", ["x"], ["y"], to=helper.np_dtype_to_tensor_dtype(np.dtype(to)), **attrs
-    )
-    k = kernel_from_node(node, {"x": x.shape}, OPSET, dtypes={"x": x.dtype.name})
-    native = NativeKernel(default_schedule(k, DefaultConfig(vector_width=16)), host())
-    (compiled,) = native.outputs({"x": x}).values()
-    with np.errstate(all="ignore"):
-        reference = run_program_order(k, {"x": x})[k.outputs()[0].name]
-    return compiled, reference
+    return cast_both_ways(x, to, OPSET, **attrs)
 
 
 def with_tail(x: np.ndarray) -> np.ndarray:

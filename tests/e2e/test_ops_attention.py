@@ -15,7 +15,7 @@ from onnx import helper
 import polytile as pt
 from polytile.errors import PolytileError
 
-from peers import ort_run, reference
+from peers import one_node_model, ort_run, reference
 
 RNG = np.random.default_rng(23)
 
@@ -23,18 +23,9 @@ RNG = np.random.default_rng(23)
 def model(
     node: onnx.NodeProto, inputs: dict[str, np.ndarray], outputs: list[str], opset: int = 23
 ) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, v in inputs.items()
-        ],
-        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs],
+    return one_node_model(
+        node, inputs, dict.fromkeys(outputs, onnx.TensorProto.FLOAT), opset=opset, ir_version=10
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m
 
 
 def close(got: list[np.ndarray], want: list[np.ndarray], tol: float = 1e-5) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import polytile as pt
 
-from peers import ort_run, reference
+from peers import one_node_model, ort_run, reference
 
 RNG = np.random.default_rng(24)
 
@@ -24,19 +24,7 @@ def model(
     consts: dict[str, np.ndarray] | None = None,
     opset: int = 19,
 ) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, v in inputs.items()
-        ],
-        [helper.make_tensor_value_info(o, t, None) for o, t in outputs.items()],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (consts or {}).items()],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 9
-    return m
+    return one_node_model(node, inputs, outputs, consts, opset=opset, ir_version=9)
 
 
 # --- Resize antialias -----------------------------------------------------------------------

@@ -94,6 +94,29 @@ def test_if_on_a_run_time_value_is_refused_naming_the_node() -> None:
         import_model(model)
 
 
+def _loop_body(
+    nodes: list[onnx.NodeProto], scan: bool, initializer: list[onnx.TensorProto] = ()
+) -> onnx.GraphProto:
+    """A Loop body over (i, cond_in, acc_in) giving (cond_out, acc_out[, scan])."""
+    outputs = [
+        helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("acc_out", F, [3]),
+    ]
+    if scan:
+        outputs.append(helper.make_tensor_value_info("scan", F, [3]))
+    return helper.make_graph(
+        nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [3]),
+        ],
+        outputs,
+        initializer=list(initializer),
+    )
+
+
 def _loop_model(trips: int, exit_on_data: bool = False) -> onnx.ModelProto:
     """acc <- acc * 0.5 + x * i each iteration; scan output: acc after each step."""
     body_nodes = [
@@ -108,21 +131,8 @@ def _loop_model(trips: int, exit_on_data: bool = False) -> onnx.ModelProto:
         body_nodes.append(helper.make_node("Less", ["total", "limit"], ["cond_out"]))
     else:
         body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
-    body = helper.make_graph(
-        body_nodes,
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_in", F, [3]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_out", F, [3]),
-            helper.make_tensor_value_info("scan", F, [3]),
-        ],
-        initializer=[numpy_helper.from_array(np.array(0.5, np.float32), "half")],
-    )
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    body = _loop_body(body_nodes, scan=True, initializer=[half])
     loop = helper.make_node(
         "Loop", ["trips", "go", "acc0"], ["acc", "steps"], name="the_loop", body=body
     )
@@ -224,19 +234,7 @@ def _counting_loop(trips: int, stop_after: int | None, inner_if: bool = False) -
             helper.make_node("Add", ["i", "one"], ["next"]),
             helper.make_node("Less", ["next", "stop"], ["cond_out"]),
         ]
-    body = helper.make_graph(
-        body_nodes,
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_in", F, [3]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_out", F, [3]),
-        ],
-    )
+    body = _loop_body(body_nodes, scan=False)
     graph = helper.make_graph(
         [helper.make_node("Loop", ["trips", "go", "acc0"], ["acc"], name="the_loop", body=body)],
         "g",
