@@ -134,6 +134,18 @@ class InferContext:
         value = self.node.attrs.get(name, default)
         return value.decode() if isinstance(value, bytes) else str(value)
 
+    def attr_choice(
+        self, name: str, default: str, allowed: Iterable[str], supported: bool = True
+    ) -> str:
+        """A string attribute that must be one of `allowed`: another value is invalid
+        (a ShapeError), or with `supported=False` valid ONNX that polytile refuses."""
+        value = self.attr_str(name, default)
+        allowed = tuple(allowed)
+        if value not in allowed:
+            message = f"attribute {name}='{value}' is not one of {', '.join(allowed)}"
+            raise self.error(message) if supported else self.unsupported(message)
+        return value
+
     def axis(self, axis: int, rank: int, what: str = "axis") -> int:
         """Normalize a possibly negative axis, with an error naming the attribute."""
         if not -rank <= axis < max(rank, 1):

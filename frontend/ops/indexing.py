@@ -248,10 +248,7 @@ _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minim
 
 
 def scatter_reduction(ctx: InferContext) -> str:
-    reduction = ctx.attr_str("reduction", "none")
-    if reduction not in SCATTER_REDUCTIONS:
-        raise ctx.error(f"reduction '{reduction}' is not one of {', '.join(SCATTER_REDUCTIONS)}")
-    return reduction
+    return ctx.attr_choice("reduction", "none", SCATTER_REDUCTIONS)
 
 
 def _apply(out: np.ndarray, where: tuple[np.ndarray, ...], updates: np.ndarray, how: str) -> None:

@@ -142,10 +142,7 @@ def _positive_attr(ctx: InferContext, name: str, n: int) -> tuple[int, ...]:
 
 
 def _auto_pad(ctx: InferContext) -> str:
-    auto_pad = ctx.attr_str("auto_pad", "NOTSET")
-    if auto_pad not in AUTO_PADS:
-        raise ctx.error(f"attribute auto_pad='{auto_pad}' is not one of {', '.join(AUTO_PADS)}")
-    return auto_pad
+    return ctx.attr_choice("auto_pad", "NOTSET", AUTO_PADS)
 
 
 def _pads_attr(ctx: InferContext, n: int, auto_pad: str) -> tuple[int, ...] | None:

@@ -110,23 +110,12 @@ def _resize10(ctx: InferContext) -> Rewrite:
 def _resize_shape(ctx: InferContext) -> tuple[int, ...]:
     shape = ctx.shape(0)
     rank = len(shape)
-    mode = ctx.attr_str("mode", "nearest")
-    if mode not in RESIZE_MODES:
-        raise ctx.error(f"attribute mode='{mode}' is not one of {', '.join(RESIZE_MODES)}")
-    coordinates = ctx.attr_str("coordinate_transformation_mode", "half_pixel")
-    if coordinates not in COORDINATE_MODES:
-        raise ctx.unsupported(
-            f"coordinate_transformation_mode '{coordinates}' is not one of "
-            f"{', '.join(COORDINATE_MODES)}"
-        )
-    rounding = ctx.attr_str("nearest_mode", "round_prefer_floor")
-    if rounding not in NEAREST_MODES:
-        raise ctx.error(f"nearest_mode '{rounding}' is not one of {', '.join(NEAREST_MODES)}")
-    policy = ctx.attr_str("keep_aspect_ratio_policy", "stretch")
-    if policy not in ASPECT_POLICIES:
-        raise ctx.error(
-            f"keep_aspect_ratio_policy '{policy}' is not one of {', '.join(ASPECT_POLICIES)}"
-        )
+    mode = ctx.attr_choice("mode", "nearest", RESIZE_MODES)
+    coordinates = ctx.attr_choice(
+        "coordinate_transformation_mode", "half_pixel", COORDINATE_MODES, supported=False
+    )
+    ctx.attr_choice("nearest_mode", "round_prefer_floor", NEAREST_MODES)
+    policy = ctx.attr_choice("keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)
     antialias = ctx.attr_int("antialias", 0)
     if antialias not in (0, 1):
         raise ctx.error(f"attribute antialias={antialias} must be 0 or 1")

@@ -601,9 +601,7 @@ def pad_plan(ctx: InferContext) -> tuple[str, list[tuple[int, int]]]:
     """The mode and (begin, end) pads of every axis."""
     shape = ctx.shape(0)
     rank = len(shape)
-    mode = ctx.attr_str("mode", "constant")
-    if mode not in PAD_MODES:
-        raise ctx.error(f"attribute mode='{mode}' is not one of {', '.join(PAD_MODES)}")
+    mode = ctx.attr_choice("mode", "constant", PAD_MODES)
     pads = _vector(ctx, 1, "pads")
     axes = _vector(ctx, 3, "axes") if ctx.has_input(3) else tuple(range(rank))
     axes = _normalize_axes(ctx, axes, rank)
