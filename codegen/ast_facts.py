@@ -3,7 +3,7 @@ counts, which variables an index uses."""
 
 from __future__ import annotations
 
-from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+from polytile.poly.ast.build import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
 
 
 def calls_of(node: AstNode) -> list[Call] | None:

@@ -32,13 +32,25 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from polytile.errors import CodegenError
-from polytile.poly.ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
-from polytile.poly.contract import Private, private_temporaries
-from polytile.poly.expr import walk
-from polytile.poly.kernel import Kernel, Statement
-from polytile.poly.quasi import flat_index
-from polytile.poly.schedule import Schedule
-from polytile.poly.strides import lane_strides
+from polytile.poly.analysis.strides import lane_strides
+from polytile.poly.ast.build import (
+    AstExpr,
+    AstNode,
+    Block,
+    Call,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    build_ast,
+)
+from polytile.poly.ast.quasi import flat_index
+from polytile.poly.ir.expr import walk
+from polytile.poly.ir.kernel import Kernel, Statement
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.transform.contract import Private, private_temporaries
 
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext

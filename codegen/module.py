@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from polytile.poly.ast import AstNode
-from polytile.poly.ast_check import verify_ast
-from polytile.poly.schedule import Schedule
+from polytile.poly.ast.build import AstNode
+from polytile.poly.ast.check import verify_ast
+from polytile.poly.ir.schedule import Schedule
 
 from .kernel import KernelFunction, emit_kernel
 from .llvm_types import I1, I32, I64, PTR, ModuleContext, memory_type

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from polytile.poly.ast import Call, For
-from polytile.poly.expr import Load, walk
-from polytile.poly.kernel import Kernel, Role, Statement, mentions
-from polytile.poly.quasi import flat_index
-from polytile.poly.schedule import Schedule
-from polytile.poly.strides import lane_strides
+from polytile.poly.analysis.strides import lane_strides
+from polytile.poly.ast.build import Call, For
+from polytile.poly.ast.quasi import flat_index
+from polytile.poly.ir.expr import Load, walk
+from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
+from polytile.poly.ir.schedule import Schedule
 
 from .ast_facts import called, constant_trips
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext, memory_type

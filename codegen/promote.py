@@ -19,11 +19,11 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
-from polytile.poly.ast import AstNode, Block, Call, For, Int, Mark
-from polytile.poly.expr import Load, walk
-from polytile.poly.kernel import Statement, mentions
-from polytile.poly.quasi import flat_index
-from polytile.poly.tile_init import init_fills_tile
+from polytile.poly.analysis.tile_init import init_fills_tile
+from polytile.poly.ast.build import AstNode, Block, Call, For, Int, Mark
+from polytile.poly.ast.quasi import flat_index
+from polytile.poly.ir.expr import Load, walk
+from polytile.poly.ir.kernel import Statement, mentions
 
 from .ast_facts import (
     called,

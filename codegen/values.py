@@ -14,9 +14,9 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 from polytile.frontend.narrow import FLOAT_FORMATS, INT_FORMATS, NARROW_DTYPES, cast_array
-from polytile.poly.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
-from polytile.poly.kernel import Statement
-from polytile.poly.quasi import flat_index, parse_index
+from polytile.poly.ast.quasi import flat_index, parse_index
+from polytile.poly.ir.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
+from polytile.poly.ir.kernel import Statement
 
 from . import bfloat16 as bf16
 from . import narrow as nw

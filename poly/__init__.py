@@ -1,4 +1,5 @@
-"""The polyhedral core: kernels with exact isl domains and accesses (`kernel`, lowered from
-ONNX by `lower`), dependences (`deps`), schedules as named loop trees over isl schedule
-trees (`schedule`, `transform`, `api`), the isl AST (`ast`), default schedules (`default`),
-and two independent executors used as oracles (`reference`, `interp`)."""
+"""The polyhedral core, one subpackage per concern: the IR (`ir`: expressions, kernels,
+schedules, dependences), lowering of ONNX ops to kernels (`lower`), the loop AST (`ast`),
+exact analyses of scheduled code (`analysis`), checked transformations (`transform`),
+default schedules (`default`), hand-written kernels (`dsl`) and two independent executors
+used as test oracles (`oracle`)."""

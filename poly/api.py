@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import transform as T
-from .ast import explain
-from .kernel import Kernel
-from .schedule import Schedule, Step, initial_schedule
+from polytile.poly.ast.build import explain
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Schedule, Step, initial_schedule
+from polytile.poly.transform import steps as T
 
 
 class ScheduleHandle:

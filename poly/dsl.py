@@ -58,15 +58,25 @@ import numpy as np
 
 from polytile.errors import InputError
 from polytile.frontend.graph import unique_name
-
-from . import isl_helpers as ih
-from .expr import Cast, Const, Expr, Iter, Load, binary, const, identity, loads, select, unary
-from .kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import (
+    Cast,
+    Const,
+    Expr,
+    Iter,
+    Load,
+    binary,
+    const,
+    identity,
+    loads,
+    select,
+    unary,
+)
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
 
 if TYPE_CHECKING:
     from polytile.frontend import OptimizeConfig
-
-    from .lower.base import LowerConfig
+    from polytile.poly.lower.base import LowerConfig
 
 __all__ = ["kernel", "kernel_from_node"]
 
@@ -738,8 +748,7 @@ def kernel_from_node(
     import onnx
 
     from polytile.frontend import import_model, optimize, partition
-
-    from .lower import lower, lower_group
+    from polytile.poly.lower import lower, lower_group
 
     shapes = dict(input_shapes or {})
     if isinstance(node, onnx.ModelProto):

@@ -50,7 +50,7 @@ from polytile.codegen.jit import Part
 from polytile.codegen.native import build_part
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule, InputError, PolytileError
-from polytile.poly.kernel import Kernel
+from polytile.poly.ir.kernel import Kernel
 
 from .records import Record
 
@@ -171,7 +171,7 @@ def build_candidate(
     env = environment()
     if env != expected:
         return RemoteBuild("build", f"this Dask worker has {env}, the measuring host {expected}")
-    from polytile.poly.transform import replay
+    from polytile.poly.transform.steps import replay
 
     with _BUILD_LOCK:
         try:

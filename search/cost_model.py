@@ -46,11 +46,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from polytile.errors import TuningError
-from polytile.poly import transform as T
-from polytile.poly.default import main_statement
-from polytile.poly.footprint import footprints, innermost_strides
-from polytile.poly.kernel import mentions
-from polytile.poly.schedule import Schedule
+from polytile.poly.analysis.footprint import footprints, innermost_strides
+from polytile.poly.default.schedule import main_statement
+from polytile.poly.ir.kernel import mentions
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.transform import steps as T
 
 Rows = Sequence[Sequence[float]]
 #: the saved model's format (features and their order); bump when they change

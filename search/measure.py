@@ -62,8 +62,8 @@ import numpy as np
 
 from polytile.codegen.target import Target
 from polytile.errors import InputError
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.schedule import Schedule
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Schedule
 
 from .records import Record
 
@@ -159,7 +159,7 @@ def preludes(
     """The producers under their default schedules (`cache`: traces by workload key,
     shared by the tasks one kernel feeds)."""
     from polytile.compiler import default_config
-    from polytile.poly.default import default_schedule
+    from polytile.poly.default.schedule import default_schedule
 
     cache = {} if cache is None else cache
     found = []
@@ -287,7 +287,7 @@ def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> t
     message, (native, buffers) when it is ready to be timed)."""
     from polytile.codegen.native import NativeKernel
     from polytile.errors import IllegalSchedule
-    from polytile.poly.transform import replay
+    from polytile.poly.transform.steps import replay
 
     try:
         schedule = replay(task[0], trace)
@@ -341,7 +341,7 @@ def _ready(preludes: Sequence[Prelude], target: Target, config: MeasureConfig) -
     if not config.runs_producers:
         return (), ""
     from polytile.codegen.native import NativeKernel, random_inputs
-    from polytile.poly.transform import replay
+    from polytile.poly.transform.steps import replay
 
     ready, failed = [], []
     for i, p in enumerate(preludes):

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
-from polytile.poly.default import (
+from polytile.poly.default.conv import conv_plan, panel_chunk, row_tiles, rows_first
+from polytile.poly.default.schedule import (
     cache_rows,
     cache_tiles,
     packed_inputs,
@@ -47,8 +47,7 @@ from polytile.poly.default import (
     weights_first,
     window_block,
 )
-from polytile.poly.default_conv import conv_plan, panel_chunk, row_tiles, rows_first
-from polytile.poly.default_steps import (
+from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
     chained_epilogue,
@@ -65,11 +64,12 @@ from polytile.poly.default_steps import (
     split_init,
     vectorize_innermost,
 )
-from polytile.poly.expr import loads
-from polytile.poly.inline import inline, inline_statement
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.rfactor import rfactor
-from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.inline import inline, inline_statement
+from polytile.poly.transform.rfactor import rfactor
 
 Decisions = dict[str, Any]
 

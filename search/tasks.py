@@ -12,10 +12,10 @@ from polytile.codegen.native import index_limits
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
-from polytile.poly.canonical import canonicalize
-from polytile.poly.flatten import kernel_of
-from polytile.poly.kernel import Kernel, Role
+from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower.base import LowerConfig, identifier
+from polytile.poly.transform.canonical import canonicalize
+from polytile.poly.transform.flatten import kernel_of
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ from polytile.codegen.target import Target, host
 from polytile.compiler import default_config
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
-from polytile.poly.default import default_schedule
-from polytile.poly.schedule import Schedule
-from polytile.poly.transform import replay
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.transform.steps import replay
 
 from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
 from .measure import MeasureConfig, Measurer, reference_outputs

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from polytile.codegen.target import Target
 from polytile.errors import InputError
 from polytile.frontend.importer import ModelSource
-from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.schedule import Schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
+from polytile.poly.ir.schedule import Schedule
 
 from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, best_records, trace_key

@@ -2,10 +2,27 @@
 
 from polytile.frontend.fusion import Group
 from polytile.frontend.graph import Graph
-
-from ..kernel import Kernel
-from . import elementwise, indexing, injective, layout, nn, norm, pool, reduce, resize, rotary  # noqa: F401  (each registers lowerings)
-from .base import LOWERINGS, LowerConfig, LowerContext, identifier, lower_group, lowering
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.lower import (  # noqa: F401  (each registers lowerings)
+    elementwise,
+    indexing,
+    injective,
+    layout,
+    nn,
+    norm,
+    pool,
+    reduce,
+    resize,
+    rotary,
+)
+from polytile.poly.lower.base import (
+    LOWERINGS,
+    LowerConfig,
+    LowerContext,
+    identifier,
+    lower_group,
+    lowering,
+)
 
 
 def lower(graph: Graph, group: Group, config: LowerConfig | None = None) -> Kernel:

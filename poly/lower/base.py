@@ -18,10 +18,9 @@ import numpy as np
 from polytile.errors import UnsupportedOpError
 from polytile.frontend.graph import Graph, Node, TensorType, unique_name
 from polytile.frontend.ops import InferContext
-
-from .. import isl_helpers as ih
-from ..expr import Cast, Const, Expr, Load, const, identity
-from ..kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Cast, Const, Expr, Load, const, identity
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
 
 Lowering = Callable[["LowerContext"], list[Statement]]
 LOWERINGS: dict[str, Lowering] = {}

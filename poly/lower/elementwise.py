@@ -7,10 +7,9 @@ import math
 from collections.abc import Callable
 
 from polytile.errors import UnsupportedOpError
-
-from ..expr import Cast, Const, Expr, binary, select, unary
-from ..kernel import Statement
-from .base import LowerContext, lowering
+from polytile.poly.ir.expr import Cast, Const, Expr, binary, select, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, lowering
 
 Build = Callable[[LowerContext, list[Expr]], Expr]
 

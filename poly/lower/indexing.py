@@ -50,11 +50,10 @@ from polytile.frontend.ops.indexing import (
     topk_facts,
     trilu_k,
 )
-
-from .. import isl_helpers as ih
-from ..expr import Expr, Iter, binary, identity, select, unary
-from ..kernel import Statement
-from .base import LowerContext, as_dtype, lowering, reduction
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Expr, Iter, binary, identity, select, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, as_dtype, lowering, reduction
 
 COMBINER = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
 #: the most (output position, update) pairs a scatter compares, e.g. 10 000 positions

@@ -33,9 +33,8 @@ from polytile.frontend.ops.tensor import (
     tile_repeats,
     transpose_perm,
 )
-
-from ..kernel import Statement
-from .base import (
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import (
     LowerContext,
     affine_text,
     copy_statement,

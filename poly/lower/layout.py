@@ -5,9 +5,8 @@ input index splits an output coordinate into a block and an offset (`floor(y/b)`
 from __future__ import annotations
 
 from polytile.frontend.ops.layout import block_size, depth_mode
-
-from ..kernel import Statement
-from .base import LowerContext, copy_statement, floordiv_text, lowering, mod_text
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, copy_statement, floordiv_text, lowering, mod_text
 
 
 @lowering("DepthToSpace")

@@ -29,11 +29,10 @@ from polytile.frontend.ops.nn import (
     conv_window,
     einsum_spec,
 )
-
-from ..expr import Cast, Expr, binary, unary
-from ..kernel import Statement
-from . import winograd
-from .base import LowerContext, affine_text, as_dtype, lowering, reduction
+from polytile.poly.ir.expr import Cast, Expr, binary, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower import winograd
+from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 # --- helpers --------------------------------------------------------------------------------
 

@@ -17,10 +17,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from polytile.frontend.ops.norm import lp_params, mvn_axes, norm_axis, num_groups, stash_dtype
-
-from ..expr import Const, Expr, Iter, binary, identity, select, unary
-from ..kernel import Statement
-from .base import LowerContext, as_dtype, floordiv_text, lowering, reduction
+from polytile.poly.ir.expr import Const, Expr, Iter, binary, identity, select, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, as_dtype, floordiv_text, lowering, reduction
 
 Box = tuple[Sequence[str], Sequence[int]]
 

@@ -17,11 +17,10 @@ import numpy as np
 
 from polytile.frontend.ops.nn import Window
 from polytile.frontend.ops.pool import pool_window
-
-from ..expr import Const, Expr, Iter, binary, const, identity, select
-from ..kernel import Statement
-from .base import LowerContext, affine_text, as_dtype, lowering, reduction
-from .nn import _acc_dtype, _spatial, _statement, _window_taps
+from polytile.poly.ir.expr import Const, Expr, Iter, binary, const, identity, select
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
+from polytile.poly.lower.nn import _acc_dtype, _spatial, _statement, _window_taps
 
 
 def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:

@@ -35,10 +35,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from polytile.frontend.ops.reduce import arg_axis, cumsum_axis, reduced_axes
-
-from ..expr import Const, Expr, Iter, Load, binary, identity, select, unary
-from ..kernel import Statement
-from .base import LowerContext, affine_text, as_dtype, lowering, reduction
+from polytile.poly.ir.expr import Const, Expr, Iter, Load, binary, identity, select, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
 
 
 def _layout(

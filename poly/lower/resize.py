@@ -22,9 +22,16 @@ from itertools import product
 
 import numpy as np
 
-from ..expr import Cast, Const, Expr, Iter, binary, select, unary
-from ..kernel import Statement
-from .base import LowerContext, affine_text, copy_statement, floordiv_text, lowering, reduction
+from polytile.poly.ir.expr import Cast, Const, Expr, Iter, binary, select, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import (
+    LowerContext,
+    affine_text,
+    copy_statement,
+    floordiv_text,
+    lowering,
+    reduction,
+)
 
 #: an affine float64 step of a source coordinate: ('add' | 'sub' | 'mul' | 'div', constant)
 Step = tuple[str, float]

@@ -12,10 +12,9 @@ For a 3-D input (batch, seq, heads·head_size) d is the last index modulo the he
 from __future__ import annotations
 
 from polytile.frontend.ops.attention import rotary_facts
-
-from ..expr import Expr, binary
-from ..kernel import Statement
-from .base import LowerContext, affine_text, floordiv_text, lowering, mod_text
+from polytile.poly.ir.expr import Expr, binary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, affine_text, floordiv_text, lowering, mod_text
 
 
 @lowering("RotaryEmbedding")

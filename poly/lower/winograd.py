@@ -28,10 +28,9 @@ import numpy as np
 
 from polytile.frontend.graph import TensorType
 from polytile.frontend.ops.nn import Window
-
-from ..expr import Expr, Load, binary, unary
-from ..kernel import Statement
-from .base import LowerContext, affine_text, reduction
+from polytile.poly.ir.expr import Expr, Load, binary, unary
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, affine_text, reduction
 
 #: the transforms of F(2x2, 3x3): input Bᵀ, filter G, output Aᵀ
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)

@@ -8,9 +8,9 @@ from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel_from_node
-from polytile.poly.reference import run_program_order
+from polytile.poly.oracle.reference import run_program_order
 
 
 def cast_both_ways(

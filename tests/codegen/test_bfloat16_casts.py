@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.reference import bfloat16_of, run_program_order
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
+from polytile.poly.oracle.reference import bfloat16_of, run_program_order
 
 from casts import cast_both_ways
 

@@ -12,10 +12,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 from polytile.codegen.native import NativeKernel
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import run_program_order
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.oracle.reference import run_program_order
 
 
 def _inputs(k: Kernel) -> dict[str, np.ndarray]:

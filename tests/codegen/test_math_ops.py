@@ -20,9 +20,9 @@ from test_vecmath import CALLED, within_ulps
 import polytile as pt
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel_from_node
-from polytile.poly.reference import run_program_order
+from polytile.poly.oracle.reference import run_program_order
 
 OPSET = 18
 INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]

@@ -16,14 +16,14 @@ from onnx import helper
 from polytile.codegen.native import NativeKernel, build_part
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
-from polytile.poly.contract import private_temporaries
-from polytile.poly.default import DefaultConfig, default_schedule, main_statement
-from polytile.poly.default_steps import padded_inputs
+from polytile.poly.default.schedule import DefaultConfig, default_schedule, main_statement
+from polytile.poly.default.steps import padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import BUFFER_ALIGN, run_program_order
-from polytile.poly.schedule import Loop, Schedule, initial_schedule
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule
+from polytile.poly.oracle.reference import BUFFER_ALIGN, run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.contract import private_temporaries
 
 
 def avx512_ir(

@@ -13,7 +13,7 @@ from polytile.codegen.jit import emit_assembly, finalize, optimize
 from polytile.codegen.kernel import emit_kernel
 from polytile.codegen.module import new_module
 from polytile.codegen.target import Target, host, l2_bytes
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
 
 pytestmark = pytest.mark.skipif(

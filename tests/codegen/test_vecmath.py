@@ -21,9 +21,9 @@ from polytile.codegen.llvm_types import ModuleContext
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target, host
 from polytile.codegen.values import ROOT_POWERS
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.reference import BINARY, UNARY
+from polytile.poly.oracle.reference import BINARY, UNARY
 
 pytestmark = pytest.mark.skipif(
     not host().vector_math, reason="this machine's C library has no libmvec"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from polytile.frontend import import_model, optimize, partition
-from polytile.poly.ast import build_ast
-from polytile.poly.default import default_schedule
+from polytile.poly.ast.build import build_ast
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.ir.schedule import check_order
 from polytile.poly.lower import lower
-from polytile.poly.schedule import check_order
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "transformer", "mlp"])

@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from polytile.poly import isl_helpers as ih
-from polytile.poly.expr import Load, binary, const, unary
-from polytile.poly.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Load, binary, const, unary
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
 
 
 def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 
 from polytile.frontend import Graph, partition
 from polytile.poly.lower import lower
-from polytile.poly.reference import run_program_order
+from polytile.poly.oracle.reference import run_program_order
 
 
 def run_lowered(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

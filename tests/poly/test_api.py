@@ -8,8 +8,8 @@ import pytest
 
 import polytile as pt
 from polytile.errors import IllegalSchedule
-from polytile.poly.interp import run_schedule
-from polytile.poly.transform import replay
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.transform.steps import replay
 
 
 def test_mm_relu_tutorial_from_the_package() -> None:

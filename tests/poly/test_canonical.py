@@ -8,12 +8,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.frontend import import_model, optimize, partition
-from polytile.poly.canonical import canonicalize, transplant
-from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Role
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
+from polytile.poly.ir.kernel import Role
 from polytile.poly.lower import lower
-from polytile.poly.reference import run_program_order
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform.canonical import canonicalize, transplant
 
 
 def two_identical_convs() -> list:

@@ -10,15 +10,15 @@ import pytest
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.poly import isl_helpers as ih
-from polytile.poly import transform as T
-from polytile.poly.ast import Int, Op, Var, parameter_expr
-from polytile.poly.contract import Private, private_temporaries
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.ast.build import Int, Op, Var, parameter_expr
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
-from polytile.poly.interp import eval_expr
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Schedule, initial_schedule
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.oracle.interp import eval_expr
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.contract import Private, private_temporaries
 
 #: Y = A @ B then ReLU: the default schedule computes 4-row blocks of Y in a parallel
 #: loop and applies the ReLU to each block in the same iteration

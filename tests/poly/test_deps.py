@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from polytile.poly.deps import may_share
 from polytile.poly.dsl import kernel
+from polytile.poly.ir.deps import may_share
 
 from kernels import softmax_rows
 

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper
 
 from polytile.errors import InputError, UnsupportedOpError
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.expr import Load
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.ir.expr import Load
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
 
 from kernels import mm_relu, random_inputs
 

@@ -9,12 +9,12 @@ import pytest
 from onnx import helper
 
 from polytile.codegen.native import NativeKernel
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.flatten import flatten_planes
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel
-from polytile.poly.reference import run_program_order
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform.flatten import flatten_planes
 
 from kernels import float_model
 

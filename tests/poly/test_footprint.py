@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from polytile.poly import transform as T
+from polytile.poly.analysis.footprint import footprints
 from polytile.poly.dsl import kernel
-from polytile.poly.footprint import footprints
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.transform import steps as T
 
 
 def test_matmul_tile_footprints() -> None:
@@ -24,7 +24,7 @@ def test_matmul_tile_footprints() -> None:
 
 
 def test_cache_lines_and_innermost_strides() -> None:
-    from polytile.poly.footprint import innermost_strides
+    from polytile.poly.analysis.footprint import innermost_strides
 
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(8, 16), B=(16, 32))
     schedule = initial_schedule(k)

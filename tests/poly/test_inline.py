@@ -12,15 +12,15 @@ from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.expr import Select, loads, walk
-from polytile.poly.inline import inline, inline_statement
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel, Role, Tensor
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.ir.expr import Select, loads, walk
+from polytile.poly.ir.kernel import Kernel, Role, Tensor
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.inline import inline, inline_statement
 
 from kernels import conv2d, float_model
 

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from polytile.errors import InputError
-from polytile.poly import isl_helpers as ih
-from polytile.poly import transform as T
-from polytile.poly.ast import Block, Call, For, If, Int, Mark, Op, Var, build_ast, explain
-from polytile.poly.expr import Load, binary, const
-from polytile.poly.interp import (
+from polytile.poly.ast.build import Block, Call, For, If, Int, Mark, Op, Var, build_ast, explain
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Load, binary, const
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir.schedule import Leaf, Loop, Schedule, initial_schedule
+from polytile.poly.oracle.interp import (
     InterpretError,
     compile_expr,
     eval_expr,
@@ -23,9 +24,8 @@ from polytile.poly.interp import (
     interpret,
     run_schedule,
 )
-from polytile.poly.kernel import Kernel, Role, Statement, Tensor
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Leaf, Loop, Schedule, initial_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 
 from kernels import mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
 

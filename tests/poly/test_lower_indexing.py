@@ -16,7 +16,7 @@ from test_property import SETTINGS, check_random_trace
 from polytile.errors import ShapeError, UnsupportedOpError
 from polytile.frontend import import_model, optimize, partition
 from polytile.poly.lower import lower, lower_group
-from polytile.poly.reference import run_program_order
+from polytile.poly.oracle.reference import run_program_order
 
 from lowered import make
 

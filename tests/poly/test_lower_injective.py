@@ -20,12 +20,12 @@ from onnx import helper
 
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import import_model as import_raw
-from polytile.poly import isl_helpers as ih
-from polytile.poly.default import default_schedule
-from polytile.poly.expr import Const, Load, loads
-from polytile.poly.kernel import Kernel, Role
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Const, Load, loads
+from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower import lower, lower_group
-from polytile.poly.reference import affine, allocate, evaluate, execute_statement, points
+from polytile.poly.oracle.reference import affine, allocate, evaluate, execute_statement, points
 
 from lowered import Shape, assert_outputs_match, feeds_for, make, reference
 

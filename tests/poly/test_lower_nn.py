@@ -13,9 +13,9 @@ import pytest
 from onnx import helper
 
 from polytile.frontend import import_model, optimize, partition
-from polytile.poly import isl_helpers as ih
-from polytile.poly.expr import loads
-from polytile.poly.kernel import Kernel
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Kernel
 from polytile.poly.lower import LOWERINGS, lower
 
 from lowered import Shape, assert_outputs_match, feeds_for, reference, run_lowered

@@ -15,14 +15,14 @@ from onnx import TensorProto, helper
 import polytile as pt
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule, packed_inputs
+from polytile.poly.default.schedule import DefaultConfig, default_schedule, packed_inputs
 from polytile.poly.dsl import kernel
-from polytile.poly.expr import loads
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Role, Statement
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule, statements_below
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Role, Statement
+from polytile.poly.ir.schedule import initial_schedule, statements_below
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
 

@@ -13,12 +13,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polytile.errors import IllegalSchedule, UnsupportedOpError
 from polytile.frontend import import_model, optimize, partition
-from polytile.poly import transform as T
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule, statements_below
 from polytile.poly.lower import lower
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 
 from kernels import mm_relu, random_inputs, softmax_rows, stencil
 

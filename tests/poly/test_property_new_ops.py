@@ -14,11 +14,11 @@ from onnx import helper
 from test_property import SETTINGS, check_random_trace, one_node_kernel
 
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
-from polytile.poly.expr import loads
-from polytile.poly.kernel import Kernel
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 
 from kernels import random_inputs
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from polytile.errors import IllegalSchedule
-from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
 from polytile.poly.dsl import kernel
-from polytile.poly.interp import run_schedule
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 
 
 def check(schedule, inputs: dict, kernel_) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from polytile.poly import transform as T
+from polytile.poly.analysis.tile_init import init_fills_tile
 from polytile.poly.dsl import kernel
-from polytile.poly.schedule import Schedule
-from polytile.poly.tile_init import init_fills_tile
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.transform import steps as T
 
 MATMUL = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(32, 24), B=(24, 30))
 

@@ -12,9 +12,7 @@ from onnx import helper
 from polytile.codegen.ast_facts import vars_of
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
-from polytile.poly import isl_helpers as ih
-from polytile.poly import transform as T
-from polytile.poly.ast import (
+from polytile.poly.ast.build import (
     AstNode,
     Block,
     Call,
@@ -27,13 +25,15 @@ from polytile.poly.ast import (
     build_ast,
     unswitch_partial_trips,
 )
-from polytile.poly.ast_check import verify_ast
-from polytile.poly.default import DefaultConfig, parallelize_outer
+from polytile.poly.ast.check import verify_ast
+from polytile.poly.ast.tiles import has_partial_tiles
+from polytile.poly.default.schedule import DefaultConfig, parallelize_outer
 from polytile.poly.dsl import kernel_from_node
-from polytile.poly.interp import run_schedule
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Schedule, initial_schedule
-from polytile.poly.tiles import has_partial_tiles
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
 
 from kernels import mm_relu, random_inputs
 

@@ -15,20 +15,20 @@ from onnx import helper
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
 from polytile.frontend import OptimizeConfig
-from polytile.poly import pack as P
-from polytile.poly import transform as T
 from polytile.poly.api import ScheduleHandle
-from polytile.poly.ast import Block, build_ast, explain
-from polytile.poly.contract import private_temporaries
-from polytile.poly.default import DefaultConfig, default_schedule, tile_band
-from polytile.poly.default_conv import conv_plan
-from polytile.poly.default_steps import main_statement
+from polytile.poly.ast.build import Block, build_ast, explain
+from polytile.poly.default.conv import conv_plan
+from polytile.poly.default.schedule import DefaultConfig, default_schedule, tile_band
+from polytile.poly.default.steps import main_statement
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.flatten import flatten_planes
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Schedule, initial_schedule
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.contract import private_temporaries
+from polytile.poly.transform.flatten import flatten_planes
+from polytile.poly.transform.steps import pack as P
 from polytile.search.space import SearchSpace
 
 from kernels import conv2d, float_model, mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
@@ -305,7 +305,7 @@ def test_default_schedule_packs_weights() -> None:
 def test_an_ast_past_the_operation_limit_is_illegal(monkeypatch: pytest.MonkeyPatch) -> None:
     """isl's AST generator can take minutes on some tilings; past its operation budget a
     schedule is illegal (the search skips it), and the budget does not outlive the call."""
-    import polytile.poly.ast as A
+    import polytile.poly.ast.build as A
 
     schedule = default_schedule(mm_relu(16, 32, 8))
     monkeypatch.setattr(A, "AST_OPERATIONS", 50)
@@ -322,7 +322,7 @@ def test_an_ast_check_past_its_operation_limit_is_illegal(
     """Checking an AST's pieces can explode too (16 GB and 14 minutes seen on a fused
     parallel loop in the tuner); past its budget a fuse is illegal, not a hang, and the
     budget does not outlive the call."""
-    import polytile.poly.ast_check as C
+    import polytile.poly.ast.check as C
 
     schedule = default_schedule(mm_relu(16, 32, 8))
     plain = initial_schedule(schedule.kernel)
@@ -343,7 +343,7 @@ def test_fuse_checks_only_its_own_top_level_nest(monkeypatch: pytest.MonkeyPatch
     only: isl generates a top sequence's children apart, so that AST is the whole one's
     part for the nest. The other nests are not built again; a fuse in a one-nest
     schedule checks it whole."""
-    import polytile.poly.ast_check as C
+    import polytile.poly.ast.check as C
 
     k = kernel("Y[i, j] = A[i, j] + 1", "Z[i, j] = B[i, j] * 2", A=(6, 10), B=(4, 12))
     plain = initial_schedule(k)

@@ -19,17 +19,22 @@ from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target
 from polytile.compiler import lower_config
 from polytile.frontend import import_model, optimize, partition
-from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule, gathered_loops, main_statement
+from polytile.poly.default.schedule import (
+    DefaultConfig,
+    default_schedule,
+    gathered_loops,
+    main_statement,
+)
 from polytile.poly.dsl import kernel
-from polytile.poly.expr import loads
-from polytile.poly.flatten import kernel_of
-from polytile.poly.fold import fold_into_writers
-from polytile.poly.kernel import Kernel, Role
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import initial_schedule
 from polytile.poly.lower import LowerConfig, lower
 from polytile.poly.lower import winograd as W
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import initial_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.flatten import kernel_of
+from polytile.poly.transform.fold import fold_into_writers
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
 

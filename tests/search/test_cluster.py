@@ -22,7 +22,7 @@ import polytile as pt
 from polytile import cli, zoo
 from polytile.codegen.target import host
 from polytile.errors import InputError, ModelError
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
 from polytile.search import cluster as pc
 from polytile.search.measure import MeasureConfig, Measurer, Span
@@ -139,7 +139,7 @@ def hook_markers() -> None:
     """In a Dask worker: replaying DIE kills the worker's process, SLOW takes seconds.
     (Importing the builder here also spares the first build its imports.)"""
     import polytile.search.cluster  # noqa: F401
-    from polytile.poly import transform
+    from polytile.poly.transform import steps as transform
 
     replay = transform.replay
 

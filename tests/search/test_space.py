@@ -11,15 +11,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.codegen.native import NativeKernel
-from polytile.poly import transform as T
-from polytile.poly.default import DefaultConfig, default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.flatten import flatten_planes
-from polytile.poly.interp import run_schedule
-from polytile.poly.kernel import Kernel, Role
-from polytile.poly.reference import run_program_order
-from polytile.poly.schedule import Schedule
-from polytile.poly.transform import replay
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.flatten import flatten_planes
+from polytile.poly.transform.steps import replay
 from polytile.search.space import SearchSpace
 
 RNG = np.random.default_rng(0)
@@ -192,7 +192,7 @@ ONE_VECTOR_CONV = kernel_from_node(
     ],
 )
 def test_default_decisions_build_the_default_schedule(k: object) -> None:
-    from polytile.poly.default import DefaultConfig, default_schedule
+    from polytile.poly.default.schedule import DefaultConfig, default_schedule
 
     space = SearchSpace(k, lanes=8, threads=2)
     built = space.build(space.default_decisions())

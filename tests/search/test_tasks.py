@@ -14,8 +14,8 @@ from onnx.reference import ReferenceEvaluator
 from polytile.codegen.native import NativeKernel, index_limits
 from polytile.codegen.target import host
 from polytile.compiler import default_config
-from polytile.poly.default import default_schedule
-from polytile.poly.kernel import Role
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.ir.kernel import Role
 from polytile.search.measure import MeasureConfig, Measurer, Prelude, preludes, reference_outputs
 from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks

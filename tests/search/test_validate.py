@@ -16,7 +16,7 @@ import polytile as pt
 from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.errors import InputError
-from polytile.poly.default import default_schedule
+from polytile.poly.default.schedule import default_schedule
 from polytile.search.records import Record, RecordFile, best_records, trace_key
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks

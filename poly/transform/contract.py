@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .ast import AstExpr, AstNode, build_ast, marked_loops, parameter_expr
-from .expr import loads
-from .kernel import Role, Statement
-from .schedule import Loop, Schedule, statements_below
-from .transform import loop_extent
+from polytile.poly.ast.build import AstExpr, AstNode, build_ast, marked_loops, parameter_expr
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Role, Statement
+from polytile.poly.ir.schedule import Loop, Schedule, statements_below
+from polytile.poly.transform.steps import loop_extent
 
 
 @dataclass(frozen=True)

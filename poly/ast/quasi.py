@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .ast import AstExpr, Int, Op, Var
+from polytile.poly.ast.build import AstExpr, Int, Op, Var
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][\w']*)|(.))")
 

@@ -23,9 +23,9 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from . import isl_helpers as ih
-from .expr import Cast, Expr, Iter, Load, loads, rewrite, walk
-from .kernel import Kernel, Role, Statement
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Cast, Expr, Iter, Load, loads, rewrite, walk
+from polytile.poly.ir.kernel import Kernel, Role, Statement
 
 
 def fold_into_writers(kernel: Kernel) -> Kernel:

@@ -17,11 +17,22 @@ from collections.abc import Iterator
 import islpy as isl
 
 from polytile.errors import IllegalSchedule
-
-from . import isl_helpers as ih
-from .ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
-from .kernel import Kernel
-from .schedule import Schedule
+from polytile.poly.ast.build import (
+    AstExpr,
+    AstNode,
+    Block,
+    Call,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    build_ast,
+)
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Schedule
 
 Piece = tuple[str, str]  # (condition, quasi-affine text)
 #: isl operations the check of one AST may take (the sets' unions, intersections and

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .schedule import Schedule, parse_mark, to_isl
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.schedule import Schedule, parse_mark, to_isl
 
 #: loops whose trip count codegen needs to know: expanded into copies or vector lanes
 CONSTANT_TRIPS = ("vector", "unroll")

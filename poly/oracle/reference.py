@@ -17,9 +17,8 @@ import numpy as np
 
 from polytile.errors import InputError
 from polytile.frontend.narrow import NARROW_DTYPES, cast_array
-
-from .expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
-from .kernel import Kernel, Role, Statement
+from polytile.poly.ir.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
+from polytile.poly.ir.kernel import Kernel, Role, Statement
 
 BF16 = "bfloat16"
 _ERF = np.vectorize(math.erf, otypes=[np.float64])

@@ -21,11 +21,10 @@ import islpy as isl
 
 from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
-
-from . import isl_helpers as ih
-from .expr import Expr, Load, const, identity, loads, rewrite
-from .kernel import Kernel, Role, Statement, Tensor
-from .schedule import Schedule, Step, initial_schedule
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Expr, Load, const, identity, loads, rewrite
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir.schedule import Schedule, Step, initial_schedule
 
 
 def _substitute(text: str, dim: str, value: str) -> str:

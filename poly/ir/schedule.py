@@ -22,9 +22,8 @@ import islpy as isl
 
 from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
-
-from . import isl_helpers as ih
-from .kernel import Kernel
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.kernel import Kernel
 
 ANNOTATIONS = ("", "parallel", "vector", "unroll")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .kernel import Dependences, Kernel
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.kernel import Dependences, Kernel
 
 
 def program_order(kernel: Kernel) -> isl.UnionMap:

@@ -21,24 +21,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from . import isl_helpers as ih
-from .expr import Expr, Iter, Load, rewrite, walk
-from .kernel import Kernel, Statement, Tensor, mentions
-from .lower.base import affine_text
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Expr, Iter, Load, rewrite, walk
+from polytile.poly.ir.kernel import Kernel, Statement, Tensor, mentions
+from polytile.poly.lower.base import affine_text
 
 if TYPE_CHECKING:
     from polytile.frontend.fusion import Group
     from polytile.frontend.graph import Graph
-
-    from .lower.base import LowerConfig
+    from polytile.poly.lower.base import LowerConfig
 
 
 def kernel_of(graph: Graph, group: Group, config: LowerConfig | None = None) -> Kernel:
     """A fused group's kernel as `compile`, task extraction and `explain` see it: lowered,
     its elementwise consumers of strided pieces folded into them, then its whole planes
     flattened."""
-    from .fold import fold_into_writers
-    from .lower import lower
+    from polytile.poly.lower import lower
+    from polytile.poly.transform.fold import fold_into_writers
 
     return flatten_planes(fold_into_writers(lower(graph, group, config)))
 

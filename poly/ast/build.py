@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .kernel import Kernel, Statement
-from .schedule import Schedule, parse_mark, to_isl
-from .tiles import CONSTANT_TRIPS, isolate_full_tiles
+from polytile.poly.ast.tiles import CONSTANT_TRIPS, isolate_full_tiles
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.kernel import Kernel, Statement
+from polytile.poly.ir.schedule import Schedule, parse_mark, to_isl
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,9 @@ def to_c(node: AstNode, kernel: Kernel, indent: int = 0) -> str:
 def explain(schedule: Schedule) -> str:
     """The schedule as C-like code (the isl AST with statement bodies); a temporary
     that codegen stores in one slice per thread says so."""
-    from .contract import private_temporaries  # it builds on this module's AST
+    from polytile.poly.transform.contract import (
+        private_temporaries,  # it builds on this module's AST
+    )
 
     kernel = schedule.kernel
     tree = build_ast(schedule)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .schedule import Schedule
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.schedule import Schedule
 
 
 def loop_map(schedule: Schedule, stmt: str) -> isl.Map:

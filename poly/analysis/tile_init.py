@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import isl_helpers as ih
-from .schedule import Schedule
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.schedule import Schedule
 
 
 def _written_per_iteration(schedule: Schedule, stmt: str, loop: str) -> isl.Map | isl.Set | None:

@@ -26,11 +26,21 @@ from dataclasses import replace
 import islpy as isl
 
 from polytile.errors import IllegalSchedule
-
-from . import isl_helpers as ih
-from .expr import Binary, Cast, Const, Expr, Iter, Load, Select, loads, rewrite, walk
-from .kernel import Kernel, Role, Statement
-from .schedule import Leaf, Loop, Node, Schedule, Step, check_marks, check_order
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Iter,
+    Load,
+    Select,
+    loads,
+    rewrite,
+    walk,
+)
+from polytile.poly.ir.kernel import Kernel, Role, Statement
+from polytile.poly.ir.schedule import Leaf, Loop, Node, Schedule, Step, check_marks, check_order
 
 
 def inline(kernel: Kernel, statement: str) -> Kernel:

@@ -18,10 +18,17 @@ import numpy as np
 
 from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
-
-from .expr import Expr, Load, loads, rewrite
-from .kernel import Kernel, Role, Statement, Tensor
-from .schedule import Leaf, Loop, Node, Schedule, Step, identity_expr, statements_below
+from polytile.poly.ir.expr import Expr, Load, loads, rewrite
+from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir.schedule import (
+    Leaf,
+    Loop,
+    Node,
+    Schedule,
+    Step,
+    identity_expr,
+    statements_below,
+)
 
 #: packed copies of constants: per source array (by identity, while it lives), per (axis,
 #: factor). Every candidate of a search that packs a weight the same way shares one

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from polytile.errors import IllegalSchedule
-
-from .expr import Expr, Load, rewrite
-from .kernel import Kernel, Statement
-from .schedule import Schedule, initial_schedule
+from polytile.poly.ir.expr import Expr, Load, rewrite
+from polytile.poly.ir.kernel import Kernel, Statement
+from polytile.poly.ir.schedule import Schedule, initial_schedule
 
 
 def _fresh(prefix: str, index: int, taken: set[str]) -> str:
@@ -65,7 +64,7 @@ def transplant(schedule: Schedule, kernel: Kernel) -> Schedule:
     workload key; constant values may differ) without re-checking legality, which the
     structure decides: kernel-rewriting steps (weight packing) are redone on the new
     kernel's values, the loop tree is reused."""
-    from . import transform as T
+    from polytile.poly.transform import steps as T
 
     moved = initial_schedule(kernel)
     try:

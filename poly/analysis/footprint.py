@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import islpy as isl
 import numpy as np
 
-from . import isl_helpers as ih
-from .expr import loads
-from .quasi import flat_index
-from .schedule import Schedule
-from .strides import lane_strides, loop_map
+from polytile.poly.analysis.strides import lane_strides, loop_map
+from polytile.poly.ast.quasi import flat_index
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.schedule import Schedule
 
 #: bytes of a cache line
 LINE = 64

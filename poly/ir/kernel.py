@@ -20,8 +20,8 @@ from types import MappingProxyType
 import islpy as isl
 import numpy as np
 
-from . import isl_helpers as ih
-from .expr import COMBINERS, Expr, Load, loads
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import COMBINERS, Expr, Load, loads
 
 
 class Role(enum.Enum):
@@ -131,7 +131,7 @@ class Kernel:
 
     @cached_property
     def dependences(self) -> Dependences:
-        from .deps import compute_dependences
+        from polytile.poly.ir.deps import compute_dependences
 
         return compute_dependences(self)
 
@@ -150,8 +150,8 @@ class Kernel:
 
     def explain(self, schedule: object = None) -> str:
         """C-like code of the kernel under `schedule` (default: its default schedule)."""
-        from .ast import explain
-        from .default import default_schedule
+        from polytile.poly.ast.build import explain
+        from polytile.poly.default.schedule import default_schedule
 
         return explain(schedule if schedule is not None else default_schedule(self))
 
@@ -180,7 +180,7 @@ class Kernel:
 
     def flops(self) -> int:
         """Arithmetic operations executed (domain size × operations per instance)."""
-        from .expr import Binary, Unary, walk
+        from polytile.poly.ir.expr import Binary, Unary, walk
 
         total = 0
         for s in self.statements:

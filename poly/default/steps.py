@@ -14,13 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from polytile.errors import IllegalSchedule
-
-from . import isl_helpers as ih
-from . import transform as T
-from .expr import Const, Load, loads
-from .kernel import Kernel, Role, Statement, mentions
-from .schedule import Loop, Schedule, statements_below
-from .tiles import has_partial_tiles
+from polytile.poly.ast.tiles import has_partial_tiles
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.expr import Const, Load, loads
+from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
+from polytile.poly.ir.schedule import Loop, Schedule, statements_below
+from polytile.poly.transform import steps as T
 
 
 @dataclass(frozen=True)

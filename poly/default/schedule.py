@@ -26,10 +26,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from polytile.errors import IllegalSchedule
-
-from . import transform as T
-from .default_conv import plan_of, schedule_conv
-from .default_steps import (
+from polytile.poly.default.conv import plan_of, schedule_conv
+from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
     chained_epilogue,
@@ -48,10 +46,11 @@ from .default_steps import (
     uniform_in_blocks,
     vectorize_innermost,
 )
-from .expr import Load, loads
-from .inline import inline_statement
-from .kernel import Kernel, Role, Statement
-from .schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.ir.expr import Load, loads
+from polytile.poly.ir.kernel import Kernel, Role, Statement
+from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.transform import steps as T
+from polytile.poly.transform.inline import inline_statement
 
 
 def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Schedule:

@@ -30,10 +30,22 @@ from typing import Any
 import islpy as isl
 import numpy as np
 
-from .ast import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
-from .kernel import Kernel
-from .reference import allocate, execute_statement
-from .schedule import Schedule
+from polytile.poly.ast.build import (
+    AstExpr,
+    AstNode,
+    Block,
+    Call,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    build_ast,
+)
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.oracle.reference import allocate, execute_statement
 
 ORDERS = ("forward", "reverse", "shuffle")
 #: annotations whose loops may run their iterations in any order

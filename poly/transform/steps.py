@@ -19,14 +19,10 @@ import islpy as isl
 
 from polytile.errors import IllegalSchedule
 from polytile.frontend.graph import unique_name
-
-from . import isl_helpers as ih
-from .ast_check import verify_ast
-from .inline import inline_statement
-from .kernel import Kernel
-from .pack import pack
-from .rfactor import rfactor
-from .schedule import (
+from polytile.poly.ast.check import verify_ast
+from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import (
     Leaf,
     Loop,
     Node,
@@ -39,6 +35,9 @@ from .schedule import (
     initial_schedule,
     statements_below,
 )
+from polytile.poly.transform.inline import inline_statement
+from polytile.poly.transform.pack import pack
+from polytile.poly.transform.rfactor import rfactor
 
 # --- tree surgery ------------------------------------------------------------------------
 

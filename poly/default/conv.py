@@ -19,9 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polytile.errors import IllegalSchedule
-
-from . import transform as T
-from .default_steps import (
+from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
     depends,
@@ -36,9 +34,10 @@ from .default_steps import (
     uniform_in_blocks,
     vectorize_innermost,
 )
-from .expr import loads
-from .kernel import Kernel, Role, Statement
-from .schedule import Schedule, initial_schedule
+from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import Kernel, Role, Statement
+from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.transform import steps as T
 
 
 @dataclass(frozen=True)
