@@ -14,7 +14,7 @@ _LAZY = {
     "kernel": ("polytile.poly.dsl", "kernel"),
     "kernel_from_node": ("polytile.poly.dsl", "kernel_from_node"),
     "ScheduleHandle": ("polytile.poly.api", "ScheduleHandle"),
-    "default_schedule": ("polytile.poly.default", "default_schedule"),
+    "default_schedule": ("polytile.poly.default.schedule", "default_schedule"),
     "compile": ("polytile.compiler", "compile"),
     "LowerConfig": ("polytile.poly.lower.base", "LowerConfig"),
     "load": ("polytile.runtime", "load"),

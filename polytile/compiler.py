@@ -53,16 +53,16 @@ from polytile.frontend.ops.indexing import (
     first_out_of_range,
     out_of_range_message,
 )
-from polytile.poly.ast import AstNode
-from polytile.poly.ast_check import verify_ast
-from polytile.poly.canonical import canonicalize, transplant
-from polytile.poly.default import DefaultConfig, default_schedule
-from polytile.poly.deps import may_share
-from polytile.poly.flatten import kernel_of
-from polytile.poly.kernel import Kernel, Role
+from polytile.poly.ast.build import AstNode
+from polytile.poly.ast.check import verify_ast
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
+from polytile.poly.ir.deps import may_share
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.lower.base import LowerConfig
-from polytile.poly.schedule import Schedule, initial_schedule
-from polytile.poly.transform import replay
+from polytile.poly.transform.canonical import canonicalize, transplant
+from polytile.poly.transform.flatten import kernel_of
+from polytile.poly.transform.steps import replay
 
 from .runtime import CompiledModel, IOSpec, Manifest, OutputCopy
 
