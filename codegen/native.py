@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from polytile.errors import InputError
+from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.ir.schedule import Schedule
-from polytile.poly.oracle.reference import allocate
 
 from .jit import JitModule, Part, compile_part, emit_assembly, finalize, optimize
 from .module import kernel_module, runtime_module

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from polytile.poly.oracle.reference import BUFFER_ALIGN
+from polytile.poly.ir.buffers import BUFFER_ALIGN
 
 #: every offset in the arena (itself allocated at this alignment)
 ALIGN = BUFFER_ALIGN

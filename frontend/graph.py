@@ -189,14 +189,3 @@ class Graph:
             f"graph '{self.name}' (opset {self.opset}): {len(self.nodes)} nodes, "
             f"{len(self.constants)} constants ({weights / 2**20:.1f} MiB); {ops}"
         )
-
-
-def unique_name(base: str, taken: set[str]) -> str:
-    """`base`, or `base_N` for the smallest N that is free; records the result in `taken`."""
-    name = base
-    index = 1
-    while name in taken:
-        name = f"{base}_{index}"
-        index += 1
-    taken.add(name)
-    return name

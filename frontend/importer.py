@@ -17,6 +17,7 @@ import onnx
 import onnx.defs
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
+from polytile.names import unique_name
 
 from .control import (
     CONTROL_FLOW,
@@ -29,7 +30,7 @@ from .control import (
     subgraph,
 )
 from .evaluate import try_evaluate
-from .graph import Graph, Node, TensorType, readonly, unique_name
+from .graph import Graph, Node, TensorType, readonly
 from .loading import (
     MIN_OPSET,
     QUANTIZATION_OPS,

@@ -14,9 +14,10 @@ import networkx as nx
 import numpy as np
 
 from polytile.errors import InputError
+from polytile.names import unique_name
 
 from .evaluate import try_evaluate
-from .graph import Graph, Node, TensorType, readonly, unique_name
+from .graph import Graph, Node, TensorType, readonly
 from .ops import OPS, InferContext, OpKind
 from .widen import widen_low_precision
 

@@ -18,8 +18,9 @@ import numpy as np
 import onnx
 
 from polytile.errors import UnsupportedOpError
+from polytile.names import unique_name
 
-from .graph import Graph, Node, TensorType, readonly, unique_name
+from .graph import Graph, Node, TensorType, readonly
 from .narrow import is_narrow
 from .ops import OPS, OpKind
 

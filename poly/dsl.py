@@ -57,7 +57,7 @@ import islpy as isl
 import numpy as np
 
 from polytile.errors import InputError
-from polytile.frontend.graph import unique_name
+from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import (
     Cast,

@@ -43,7 +43,7 @@ from polytile.codegen.target import Target, host
 from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, ModelError
 from polytile.frontend.narrow import FLOAT_FORMATS
 from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
-from polytile.poly.oracle.reference import aligned_block, aligned_empty
+from polytile.poly.ir.buffers import aligned_block, aligned_empty
 
 FORMAT_VERSION = 1
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from polytile.errors import UnsupportedOpError
-from polytile.frontend.graph import Graph, Node, TensorType, unique_name
+from polytile.frontend.graph import Graph, Node, TensorType
 from polytile.frontend.ops import InferContext
+from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Cast, Const, Expr, Load, const, identity
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor

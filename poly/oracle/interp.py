@@ -43,9 +43,10 @@ from polytile.poly.ast.build import (
     Var,
     build_ast,
 )
+from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule
-from polytile.poly.oracle.reference import allocate, execute_statement
+from polytile.poly.oracle.reference import execute_statement
 
 ORDERS = ("forward", "reverse", "shuffle")
 #: annotations whose loops may run their iterations in any order

@@ -8,60 +8,20 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import islpy as isl
 import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype name)
 import numpy as np
 
-from polytile.errors import InputError
 from polytile.frontend.narrow import NARROW_DTYPES, cast_array
+from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary
-from polytile.poly.ir.kernel import Kernel, Role, Statement
+from polytile.poly.ir.kernel import Kernel, Statement
 
 BF16 = "bfloat16"
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
-
-#: byte alignment of every buffer polytile allocates: one cache line and one AVX-512
-#: vector. numpy aligns to 16 bytes: three in four tensors would start off a line, and
-#: every 64-byte vector load of them span two (Inception v1's 64->192 3x3 conv in the
-#: model: 2,553 us with its weights where numpy put them, 1,793 us aligned, same code)
-BUFFER_ALIGN = 64
-
-
-def aligned_empty(
-    shape: tuple[int, ...], dtype: np.dtype | str, align: int = BUFFER_ALIGN
-) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts at a multiple of `align`."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
-
-
-def aligned_copy(value: np.ndarray, align: int = BUFFER_ALIGN) -> np.ndarray:
-    """A C-contiguous copy of `value` starting at a multiple of `align`."""
-    out = aligned_empty(value.shape, value.dtype, align)
-    out[...] = value
-    return out
-
-
-def aligned_block(values: Sequence[np.ndarray], align: int = BUFFER_ALIGN) -> list[np.ndarray]:
-    """Copies of `values` packed into one allocation, each starting at a multiple of
-    `align` (one allocation: a model's hundred constants are not scattered over the heap)."""
-    sizes = [-(-max(v.nbytes, 1) // align) * align for v in values]
-    block = aligned_empty((sum(sizes),), np.uint8, align)
-    out = []
-    start = 0
-    for value, size in zip(values, sizes, strict=True):
-        view = block[start : start + value.nbytes].view(value.dtype).reshape(value.shape)
-        view[...] = value
-        out.append(view)
-        start += size
-    return out
-
 
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative,
@@ -197,28 +157,6 @@ def affine(text: str, point: Mapping[str, int]) -> int:
     integers, evaluated exactly as e // c."""
     py = _FLOOR.sub("(", text).replace("/", "//")
     return int(eval(py, {"__builtins__": {}}, dict(point)))
-
-
-def allocate(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Buffers for every tensor: inputs checked and copied, constants, zeroed others."""
-    buffers = {}
-    for t in kernel.tensors.values():
-        if t.role is Role.INPUT:
-            if t.name not in inputs:
-                raise InputError(f"kernel '{kernel.name}': input '{t.name}' is missing")
-            value = np.asarray(inputs[t.name])
-            if value.shape != t.shape or value.dtype != np.dtype(t.dtype):
-                raise InputError(
-                    f"kernel '{kernel.name}': input '{t.name}' must be {t.dtype}{list(t.shape)}, "
-                    f"got {value.dtype}{list(value.shape)}"
-                )
-            buffers[t.name] = aligned_copy(value)
-        elif t.role is Role.CONSTANT:
-            buffers[t.name] = aligned_copy(np.asarray(t.value, dtype=t.dtype).reshape(t.shape))
-        else:
-            buffers[t.name] = aligned_empty(t.shape, t.dtype)
-            buffers[t.name][...] = 0
-    return buffers
 
 
 def execute_statement(

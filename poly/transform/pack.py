@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from polytile.errors import IllegalSchedule
-from polytile.frontend.graph import unique_name
+from polytile.names import unique_name
 from polytile.poly.ir.expr import Expr, Load, loads, rewrite
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
 from polytile.poly.ir.schedule import (

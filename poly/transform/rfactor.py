@@ -20,7 +20,7 @@ from dataclasses import replace
 import islpy as isl
 
 from polytile.errors import IllegalSchedule
-from polytile.frontend.graph import unique_name
+from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Expr, Load, const, identity, loads, rewrite
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor

@@ -18,7 +18,7 @@ from typing import Any
 import islpy as isl
 
 from polytile.errors import IllegalSchedule
-from polytile.frontend.graph import unique_name
+from polytile.names import unique_name
 from polytile.poly.ast.check import verify_ast
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel

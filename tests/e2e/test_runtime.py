@@ -41,7 +41,7 @@ from polytile.codegen.target import (
     rows_ahead,
 )
 from polytile.errors import InputError, ModelError
-from polytile.poly.oracle.reference import aligned_block, aligned_empty
+from polytile.poly.ir.buffers import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
 
 RNG = np.random.default_rng(0)

@@ -22,10 +22,11 @@ from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import import_model as import_raw
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.expr import Const, Load, loads
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower import lower, lower_group
-from polytile.poly.oracle.reference import affine, allocate, evaluate, execute_statement, points
+from polytile.poly.oracle.reference import affine, evaluate, execute_statement, points
 
 from lowered import Shape, assert_outputs_match, feeds_for, make, reference
 

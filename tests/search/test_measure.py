@@ -18,8 +18,8 @@ from polytile.codegen.target import host
 from polytile.errors import InputError
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
+from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.kernel import Role
-from polytile.poly.oracle.reference import allocate
 from polytile.search.measure import MeasureConfig, Measurer, Span, _Worker
 from polytile.search.space import SearchSpace
 
