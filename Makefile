@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench report clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -32,6 +32,11 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/frontend_bench.py
 	$(BIN)/python benchmarks/model_bench.py
+
+# every table and figure of benchmarks/results for this host, with its fingerprint and
+# each part's wall time (hours of tuning are replayed from the recorded files, not redone)
+report: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -13,12 +13,12 @@ run mean anything.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
+from fingerprint import fingerprint, write_results
 from onnx import TensorProto, helper, numpy_helper
 from turns import interleaved, ort_session
 
@@ -94,24 +94,24 @@ def bench(c: int, m: int, side: int, target: Target, turns: int, repeat: int) ->
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--turns", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--avx2", action="store_true", help="polytile's code without AVX-512")
-    args = parser.parse_args()
+    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     target = host(args.threads)
     if args.avx2:
         target = avx2_of(target)
     rows = []
-    for model, c, m, side, calls in SHAPES:
+    for model, c, m, side, calls in SHAPES[: args.shapes]:
         row = bench(c, m, side, target, args.turns, args.repeat)
         rows.append({"model": model, "c": c, "m": m, "side": side, "calls": calls, **row})
         print(rows[-1], flush=True)
     cpu = target.cpu + ("-avx2" if args.avx2 else "")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"conv-{cpu}.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [
         f"# 3x3 stride-1 Conv + bias + Relu, Winograd vs direct vs onnxruntime ({cpu}, "
         f"{target.vector_bits}-bit vectors)",
@@ -130,7 +130,8 @@ def main() -> None:
             f"| {r['winograd_vs_direct']:.2f} | {r['winograd_vs_onnxruntime']:.2f} "
             f"| {r['direct_vs_onnxruntime']:.2f} | {r['winograd_error']:.1e} |"
         )
-    (RESULTS / f"conv-{cpu}.md").write_text("\n".join(lines) + "\n")
+    meta = {"turns": args.turns, "repeat": args.repeat, "avx2": args.avx2}
+    write_results(args.out, f"conv-{cpu}", rows, lines, meta, fingerprint(args.threads))
     print("\n".join(lines))
 
 

@@ -10,13 +10,13 @@ process; writes benchmarks/results/elementwise-CPU.{json,md}. `codegen/vecmath.p
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnx
+from fingerprint import fingerprint, write_results
 from onnx import TensorProto, helper, numpy_helper
 from turns import interleaved, ort_session
 
@@ -116,18 +116,18 @@ def bench(name: str, threads: int, turns: int, repeat: int) -> dict[str, object]
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--turns", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=10)
-    args = parser.parse_args()
-    rows = [bench(name, args.threads, args.turns, args.repeat) for name in CASES]
+    parser.add_argument("--ops", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
+    rows = [bench(name, args.threads, args.turns, args.repeat) for name in args.ops]
     for row in rows:
         print(row, flush=True)
     target = host(args.threads)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"elementwise-{target.cpu}.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [
         f"# Transcendental elementwise ops on {'×'.join(map(str, SHAPE))} float32 "
         f"({target.cpu}, {args.threads} threads)",
@@ -148,7 +148,9 @@ def main() -> None:
             f"| {r['onnxruntime_us']:.0f} | {numpy_us} | {r['libmvec_vs_onnxruntime']:.2f} "
             f"| {r['libm_vs_onnxruntime']:.2f} | {numpy_ratio} | {r['libmvec_error']:.1e} |"
         )
-    (RESULTS / f"elementwise-{target.cpu}.md").write_text("\n".join(lines) + "\n")
+    meta = {"turns": args.turns, "repeat": args.repeat, "shape": list(SHAPE)}
+    fp = fingerprint(args.threads)
+    write_results(args.out, f"elementwise-{target.cpu}", rows, lines, meta, fp)
     print("\n".join(lines))
 
 

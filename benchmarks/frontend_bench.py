@@ -2,7 +2,8 @@
 session creation (its graph optimizations) on the same model, in the same run.
 
 Targets on a 2-vCPU machine: ResNet-50 under 1 s, DenseNet-121 under 2 s.
-Writes benchmarks/results/frontend.json and frontend.md.
+Writes benchmarks/results/frontend-CPU.json and frontend-CPU.md (CPU: LLVM's name for
+this machine's).
 
     python benchmarks/frontend_bench.py [--models resnet50 densenet121] [--repeat 3]
 """
@@ -10,14 +11,13 @@ Writes benchmarks/results/frontend.json and frontend.md.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+from fingerprint import fingerprint, write_results
 
 from polytile import zoo
 from polytile.frontend import import_model, optimize, partition
@@ -72,12 +72,13 @@ def measure(name: str, repeat: int) -> dict[str, object]:
     }
 
 
-def markdown(rows: list[dict[str, object]]) -> str:
+def markdown(rows: list[dict[str, object]]) -> list[str]:
+    title = "# Frontend: import, passes and partitioning against onnxruntime's session creation"
     head = (
         "| model | ONNX nodes | after passes | groups | frontend s | import s | passes s "
         "| partition s | ORT session s | ratio | target s |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [title, "", "Best of the repeats, one thread.", "", head, "|" + "---|" * 11]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['onnx_nodes']} | {r['nodes_after_passes']} | {r['groups']} "
@@ -85,15 +86,16 @@ def markdown(rows: list[dict[str, object]]) -> str:
             f"| {r['partition_s']:.3f} | {r['ort_session_s']:.3f} | {r['ratio_vs_ort_session']} "
             f"| {r['target_s'] or ''} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     static = [i.name for i in zoo.list_models() if not (i.quantized or i.symbolic)]
     parser.add_argument("--models", nargs="*", default=static)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     rows = []
     for name in args.models:
         row = measure(name, args.repeat)
@@ -103,13 +105,10 @@ def main() -> None:
             flush=True,
         )
         rows.append(row)
-    RESULTS.mkdir(exist_ok=True)
-    meta = {
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-    }
-    (RESULTS / "frontend.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    (RESULTS / "frontend.md").write_text(markdown(rows))
+    fp = fingerprint()
+    write_results(
+        args.out, f"frontend-{fp['cpu']}", rows, markdown(rows), {"repeat": args.repeat}, fp
+    )
     worst = [r["model"] for r in rows if r["meets_target"] is False]
     print(
         f"median frontend time {statistics.median(r['frontend_s'] for r in rows):.3f} s; "

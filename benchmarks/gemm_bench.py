@@ -14,18 +14,17 @@ The results name the kernels OpenBLAS ran; to time it at full width:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from fingerprint import fingerprint, write_results
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.compiler import default_config
-from polytile.poly.default import default_schedule
+from polytile.poly.default.schedule import default_schedule
 from polytile.poly.dsl import kernel
 
 RESULTS = Path(__file__).parent / "results"
@@ -79,22 +78,19 @@ def openblas_kernels() -> str:
     return str(found[0]) if found else "unknown"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, nargs="+", default=[1024])
     parser.add_argument("--repeat", type=int, default=10)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     rows = [bench(n, args.repeat) for n in args.n]
-    RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {
-        "machine": platform.machine(),
-        "python": platform.python_version(),
         "openblas": openblas_kernels(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
     }
-    cpu = host().cpu
-    out = RESULTS / f"gemm-{cpu}.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    fp = fingerprint()
+    cpu = fp["cpu"]
     lines = [
         "# GEMM float32, default schedule vs numpy (same process run)",
         "",
@@ -109,7 +105,7 @@ def main() -> None:
             f"| {r['n']} | {r['threads']} | {r['polytile_gflops']:.1f} | "
             f"{r['numpy_gflops']:.1f} | {r['ratio']:.2f} | {r['relative_error']:.1e} |"
         )
-    (RESULTS / f"gemm-{cpu}.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, f"gemm-{cpu}", rows, lines, meta, fp)
     print("\n".join(lines))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 import onnx
+from fingerprint import fingerprint, write_results
 from turns import interleaved, ort_session
 
 import polytile as pt
@@ -64,27 +65,22 @@ def measure(name: str, turns: int, repeat: int, threads: int) -> dict[str, objec
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--turns", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     target = host(args.threads)
     rows = []
     for name in args.models:
         row = measure(name, args.turns, args.repeat, target.num_threads)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"index-checks-{target.cpu}"
-    info = {"cpu": target.cpu, "features": target.features, "threads": target.num_threads}
-    stem.with_suffix(".json").write_text(json.dumps({"host": info, "rows": rows}, indent=1))
     lines = [
         f"# Run-time index checks: cost ({target.cpu}, {target.num_threads} threads)",
-        "",
-        f"CPU features: {target.features}",
         "",
         "Medians of interleaved turns (best of the turn's runs); ratio: median over the "
         "turns of checked / unchecked.",
@@ -97,8 +93,10 @@ def main() -> None:
         f"| {r['onnxruntime_ms']:.3f} | {r['checked_over_unchecked']:.3f} |"
         for r in rows
     ]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {stem}.md")
+    meta = {"turns": args.turns, "repeat": args.repeat}
+    fp = fingerprint(args.threads)
+    written = write_results(args.out, f"index-checks-{target.cpu}", rows, lines, meta, fp)
+    print(f"wrote {written[-1]}")
 
 
 if __name__ == "__main__":

@@ -10,20 +10,21 @@ compile ≤ 10 s.
     python benchmarks/model_bench.py --models resnet50 --records r.jsonl   # tuned
 
 With `--records` (from `polytile tune`), each kernel uses its best verified record and
-the results go to models_tuned-CPU.{json,md,png}.
+the results go to models_tuned-CPU.{json,md,png}. `--out DIR` writes them elsewhere
+(`benchmarks/report.py --quick` does).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+from fingerprint import fingerprint, write_results
 
 import polytile as pt
 from polytile import zoo
@@ -50,7 +51,9 @@ def timed(fn, repeat: int) -> list[float]:  # noqa: ANN001
     return found
 
 
-def measure(name: str, repeat: int, threads: int, records: str | None = None) -> dict[str, object]:
+def measure(
+    name: str, repeat: int, threads: int, records: str | None = None, rounds: int = ROUNDS
+) -> dict[str, object]:
     path = zoo.materialize(name)
     start = time.perf_counter()
     model = pt.compile(str(path), num_threads=threads, records=records)
@@ -60,12 +63,12 @@ def measure(name: str, repeat: int, threads: int, records: str | None = None) ->
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    # the peers take turns, `ROUNDS` times, and the ratio is the median of the rounds'
+    # the peers take turns, `rounds` times, and the ratio is the median of the rounds'
     # ratios: the VM's speed drifts by 20-30% over minutes, a turn takes seconds. Each
     # turn starts after a pause, so the other peer's spinning worker threads (libgomp's,
     # onnxruntime's) have gone to sleep and do not steal the two cores.
     mine_rounds, theirs_rounds = [], []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         time.sleep(PAUSE)
         mine_rounds.append(statistics.median(timed(lambda: model.run(feeds), repeat)))
         time.sleep(PAUSE)
@@ -118,40 +121,32 @@ def overhead(repeat: int) -> dict[str, float]:
     return {"run_overhead_us": round(per_run * 1e6, 2)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns each peer takes")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--records", help="tuning records to compile with")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     target = host(args.threads)
-    out = f"{'models_tuned' if args.records else 'models'}-{target.cpu}"
+    stem = f"{'models_tuned' if args.records else 'models'}-{target.cpu}"
     schedules = "tuned schedules" if args.records else "default schedules"
     rows = []
     for name in args.models:
-        row = measure(name, args.repeat, target.num_threads, args.records)
+        row = measure(name, args.repeat, target.num_threads, args.records, args.rounds)
         print(json.dumps(row))
         rows.append(row)
     extra = overhead(5)
     print(json.dumps(extra))
-    meta = {
-        "machine": platform.processor() or platform.machine(),
-        "cpu": target.cpu,
-        "vector_bits": target.vector_bits,
-        "threads": target.num_threads,
-        "onnxruntime": ort.__version__,
-        "polytile": pt.__version__,
-        "records": args.records,
-        **extra,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    fp = fingerprint(args.threads)
+    meta = {"records": args.records, "rounds": args.rounds, "repeat": args.repeat, **extra}
     lines = [
         f"# Models: polytile {schedules} vs onnxruntime {ort.__version__}",
         "",
-        f"{meta['cpu']}, {meta['vector_bits']}-bit vectors, {meta['threads']} threads; "
-        f"Python overhead per run {extra['run_overhead_us']} µs. The peers take {ROUNDS} "
+        f"{fp['cpu']}, {fp['vector_bits']}-bit vectors, {fp['threads']} threads; "
+        f"Python overhead per run {extra['run_overhead_us']} µs. The peers take {args.rounds} "
         "turns; a latency is the median of the turns' medians, the ratio the median of "
         "the turns' ratios, all in one process run.",
         "",
@@ -166,7 +161,7 @@ def main() -> None:
             f"| {r['onnxruntime_ms']} | {r['ratio']}× | {r['serial_ms']} "
             f"({r['thread_speedup']}×) | {r['max_rel_error']} |"
         )
-    (RESULTS / f"{out}.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, stem, rows, lines, meta, fp)
     try:
         import matplotlib
 
@@ -180,7 +175,7 @@ def main() -> None:
         ax.set_title(f"polytile {schedules} vs onnxruntime")
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
         fig.tight_layout()
-        fig.savefig(RESULTS / f"{out}.png", dpi=120)
+        fig.savefig(args.out / f"{stem}.png", dpi=120)
     except ImportError:
         print("matplotlib is not installed: no chart")
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
+from fingerprint import fingerprint, write_results
 from model_bench import RESULTS, measure
 
 from polytile import zoo
@@ -35,7 +37,7 @@ from polytile.search.validate import ValidateConfig
 BEST = RESULTS / "resnet50_best.jsonl"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--records", default=str(RESULTS / "resnet50_records.jsonl"))
@@ -59,7 +61,8 @@ def main() -> None:
         help="how a timed run starts cold: with its weights evicted; after the kernels "
         "writing its inputs, then with its weights evicted; or with the whole cache flushed",
     )
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
     if args.trials == 0 and not args.validate and not args.measure_only:
         parser.error("--trials 0 needs --validate K (it only validates)")
     path = str(zoo.materialize("resnet50"))
@@ -101,8 +104,6 @@ def main() -> None:
         "trials_in_records": trials,
     }
     print(json.dumps(rows))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"resnet50_tuned-{target.cpu}.json").write_text(json.dumps(rows, indent=1))
     lines = [
         "# ResNet-50 after tuning, against onnxruntime (the peers take turns in one run; "
         "the ratio is the median of the turns' ratios)",
@@ -133,7 +134,7 @@ def main() -> None:
             table,
             "```",
         ]
-    (RESULTS / f"resnet50_tuned-{target.cpu}.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, f"resnet50_tuned-{target.cpu}", rows, lines, fp=fingerprint())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ the trials.
 
     python benchmarks/tune_bench.py [--trials 128] [--seeds 0 1] [--conv-trials 64]
     python benchmarks/tune_bench.py --variants sampled --merge   # add one variant's runs
+    python benchmarks/tune_bench.py --report-only [--out DIR]    # re-render tune.json
 
 numpy's figure depends on OPENBLAS_CORETYPE, which some of these machines set to Haswell
 (AVX2 kernels, about half of OpenBLAS's AVX-512 speed on a Zen 5): see `gemm_bench.py`.
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from fingerprint import fingerprint, header
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile import zoo
@@ -150,7 +152,7 @@ def half_trials_check(runs: dict) -> dict:
 def ranking_quality(task: object, records: list) -> dict:
     """Held-out pairwise accuracy and top-5 recall of the two cost model formulations
     (regression on normalized throughput, pairwise ranking), on this run's records."""
-    from polytile.poly.transform import replay
+    from polytile.poly.transform.steps import replay
 
     rows, scores, seen = [], [], set()
     for r in records:
@@ -180,7 +182,7 @@ def ranking_quality(task: object, records: list) -> dict:
     return found
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=128)
     parser.add_argument("--conv-trials", type=int, default=64)
@@ -191,10 +193,11 @@ def main() -> None:
         "--merge", action="store_true", help="add these runs to tune.json's (same workloads)"
     )
     parser.add_argument("--report-only", action="store_true", help="re-render tune.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of tune.md, .png")
+    args = parser.parse_args(argv)
     saved = RESULTS / "tune.json"
     if args.report_only:
-        write_report(json.loads(saved.read_text()))
+        write_report(json.loads(saved.read_text()), args.out)
         return
     results: dict = json.loads(saved.read_text()) if args.merge else {}
     gemm = run_curves("gemm", gemm_model(args.n), args.trials, args.seeds, None, args.variants)
@@ -219,11 +222,12 @@ def main() -> None:
     if not args.merge:
         target = host()
         results["host"] = {"cpu": target.cpu, "threads": target.num_threads}
+        results["meta"] = fingerprint()
         results["gemm"]["numpy_gflops"] = numpy_gflops(args.n)
         results["gemm"]["best_gflops"] = best_overall(gemm["records"], gemm["task"].flops)
     RESULTS.mkdir(exist_ok=True)
     saved.write_text(json.dumps(results, indent=1, default=float))
-    write_report(results)
+    write_report(results, args.out)
 
 
 def default_gflops(records: list, flops: int) -> float:
@@ -235,13 +239,19 @@ def default_gflops(records: list, flops: int) -> float:
     return max((flops / r.latency / 1e9 for r in same), default=0.0)
 
 
-def write_report(results: dict) -> None:
-    """tune.md and tune.png from the results (also: --report-only, from tune.json)."""
+def write_report(results: dict, out: Path = RESULTS) -> None:
+    """tune.md and tune.png in `out` from the results (also: --report-only, from tune.json).
+    The header names the host the search ran on; when tune.json predates the recorded
+    fingerprint, it names the host that re-rendered it as well."""
     lines = ["# Schedule search", ""]
     machine = results.get("host")
+    if "meta" in results:
+        lines += [header(results["meta"]), ""]
+    else:
+        lines += [f"Re-rendered from tune.json. {header(fingerprint())}", ""]
     if machine is not None:
-        lines += [f"{machine['cpu']}, {machine['threads']} threads.", ""]
-    workloads = {k: v for k, v in results.items() if k != "host"}
+        lines += [f"Searched on {machine['cpu']}, {machine['threads']} threads.", ""]
+    workloads = {k: v for k, v in results.items() if k not in ("host", "meta")}
     for name, res in workloads.items():
         lines.append(f"## {name}")
         for key, run in res["runs"].items():
@@ -262,7 +272,8 @@ def write_report(results: dict) -> None:
         )
         lines.append(f"- cost model ranking (held out): {json.dumps(res['ranking'])}")
         lines.append("")
-    (RESULTS / "tune.md").write_text("\n".join(lines))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tune.md").write_text("\n".join(lines))
     try:
         import matplotlib
 
@@ -279,7 +290,7 @@ def write_report(results: dict) -> None:
             ax.set_ylabel("best GFLOPS")
             ax.legend()
         fig.tight_layout()
-        fig.savefig(RESULTS / "tune.png", dpi=120)
+        fig.savefig(out / "tune.png", dpi=120)
     except ImportError:
         print("matplotlib is not installed: no chart")
 
