@@ -143,73 +143,62 @@ def readme_status(out: Path, cpu: str, quick: bool) -> str | None:
     return None if status(args) == 0 else "status.py failed"
 
 
+def _files(stem: str, figure: bool = False) -> tuple[str, ...]:
+    """A part's json and md (and png) in the results directory."""
+    return (f"{stem}.json", f"{stem}.md", *((f"{stem}.png",) if figure else ()))
+
+
+#: quick runs: one turn of one run per peer
+ONE_TURN = ("--turns", "1", "--repeat", "1")
 PARTS: tuple[Part, ...] = (
     Part(
         "models", "every static float zoo model against onnxruntime: latency, agreement",
-        ("models-{cpu}.json", "models-{cpu}.md", "models-{cpu}.png"),
-        script="model_bench.py",
+        _files("models-{cpu}", figure=True), script="model_bench.py", minutes=13,
         quick=("--models", "mlp", "squeezenet1_1", "--repeat", "2", "--rounds", "1"),
-        minutes=13,
     ),
     Part(
         "compile", "compile times by stage, from the models part",
-        ("compile-{cpu}.json", "compile-{cpu}.md", "compile-{cpu}.png"),
-        run=compile_times,
-        minutes=0.1,
+        _files("compile-{cpu}", figure=True), run=compile_times, minutes=0.1,
     ),
     Part(
-        "tuned", "ResNet-50 compiled with its recorded best schedules against onnxruntime",
-        ("models_tuned-{cpu}.json", "models_tuned-{cpu}.md", "models_tuned-{cpu}.png"),
-        script="model_bench.py",
+        "tuned", "ResNet-50 compiled with its best recorded schedules against onnxruntime",
+        _files("models_tuned-{cpu}", figure=True), script="model_bench.py", minutes=1,
         args=("--models", "resnet50", "--records", str(RECORDS)),
         quick=("--models", "resnet50", "--records", str(RECORDS), "--repeat", "1", "--rounds", "1"),
         recorded=RECORDS.name, made_by="resnet50_tune_bench.py", skip=_no_records,
-        minutes=1,
     ),
     Part(
-        "gemm", "GEMM against numpy (OpenBLAS)",
-        ("gemm-{cpu}.json", "gemm-{cpu}.md"),
-        script="gemm_bench.py", quick=("--n", "256", "--repeat", "2"),
-        minutes=0.5,
+        "gemm", "GEMM against numpy (OpenBLAS)", _files("gemm-{cpu}"), script="gemm_bench.py",
+        quick=("--n", "256", "--repeat", "2"), minutes=0.5,
     ),
     Part(
-        "conv", "3x3 convolutions: Winograd, direct, onnxruntime",
-        ("conv-{cpu}.json", "conv-{cpu}.md"),
-        script="conv_bench.py", quick=("--shapes", "1", "--turns", "1", "--repeat", "1"),
-        minutes=2,
+        "conv", "3x3 convolutions: Winograd, direct, onnxruntime", _files("conv-{cpu}"),
+        script="conv_bench.py", quick=("--shapes", "1", *ONE_TURN), minutes=2,
     ),
     Part(
-        "conv-avx2", "the same convolutions compiled for AVX2 only",
-        ("conv-{cpu}-avx2.json", "conv-{cpu}-avx2.md"),
-        script="conv_bench.py", args=("--avx2",),
-        quick=("--avx2", "--shapes", "1", "--turns", "1", "--repeat", "1"), skip=_no_avx512,
-        minutes=2,
+        "conv-avx2", "the same convolutions compiled for AVX2 only", _files("conv-{cpu}-avx2"),
+        script="conv_bench.py", args=("--avx2",), quick=("--avx2", "--shapes", "1", *ONE_TURN),
+        skip=_no_avx512, minutes=2,
     ),
     Part(
         "elementwise", "transcendental elementwise ops: libmvec, libm, onnxruntime, numpy",
-        ("elementwise-{cpu}.json", "elementwise-{cpu}.md"),
-        script="elementwise_bench.py", quick=("--ops", "Exp", "--turns", "1", "--repeat", "1"),
-        minutes=1.5,
+        _files("elementwise-{cpu}"), script="elementwise_bench.py", minutes=1.5,
+        quick=("--ops", "Exp", *ONE_TURN),
     ),
     Part(
         "frontend", "frontend time against onnxruntime's session creation",
-        ("frontend-{cpu}.json", "frontend-{cpu}.md"),
-        script="frontend_bench.py", quick=("--models", "mlp", "squeezenet1_1", "--repeat", "1"),
-        minutes=3,
+        _files("frontend-{cpu}"), script="frontend_bench.py", minutes=3,
+        quick=("--models", "mlp", "squeezenet1_1", "--repeat", "1"),
     ),
     Part(
         "index-checks", "cost of the run-time index checks in the text models",
-        ("index-checks-{cpu}.json", "index-checks-{cpu}.md"),
-        script="index_check_bench.py",
-        quick=("--models", "gpt2_2l", "--turns", "1", "--repeat", "1"),
-        minutes=2,
+        _files("index-checks-{cpu}"), script="index_check_bench.py", minutes=2,
+        quick=("--models", "gpt2_2l", *ONE_TURN),
     ),
     Part(
-        "tuning", "tuning curves and cost-model ranking, re-rendered",
-        ("tune.md", "tune.png"),
-        script="tune_bench.py", args=("--report-only",), quick=("--report-only",),
+        "tuning", "tuning curves and cost-model ranking, re-rendered", ("tune.md", "tune.png"),
+        script="tune_bench.py", args=("--report-only",), quick=("--report-only",), minutes=0.1,
         recorded="tune.json", made_by="tune_bench.py",
-        minutes=0.1,
     ),
     Part("status", "the README's status table (status.py)", (), run=readme_status, minutes=0.1),
 )  # fmt: skip
