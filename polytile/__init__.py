@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "kernel": ("polytile.poly.dsl", "kernel"),
     "kernel_from_node": ("polytile.poly.dsl", "kernel_from_node"),
-    "ScheduleHandle": ("polytile.poly.api", "ScheduleHandle"),
+    "ScheduleHandle": ("polytile.handle", "ScheduleHandle"),
+    "explain": ("polytile.explain", "explain"),
     "default_schedule": ("polytile.poly.default.schedule", "default_schedule"),
     "compile": ("polytile.compiler", "compile"),
     "LowerConfig": ("polytile.poly.lower.base", "LowerConfig"),
@@ -33,6 +34,7 @@ __all__ = [
     "__version__",
     "compile",
     "default_schedule",
+    "explain",
     "kernel",
     "kernel_from_node",
     "load",

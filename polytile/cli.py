@@ -103,7 +103,7 @@ def print_kernels(
     default schedule; as C-like code."""
     from polytile.codegen.target import host
     from polytile.compiler import default_config, lower_config, replay_record, tuned_records
-    from polytile.poly.ast.build import explain
+    from polytile.explain import explain
     from polytile.poly.default.schedule import default_schedule
     from polytile.poly.transform.canonical import canonicalize
     from polytile.poly.transform.flatten import kernel_of

@@ -15,7 +15,7 @@ from polytile import cli, zoo
 from polytile.codegen.target import host
 from polytile.compiler import default_config
 from polytile.errors import InputError
-from polytile.poly.ast.build import explain
+from polytile.explain import explain
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir.schedule import initial_schedule
 from polytile.search.records import Record, RecordFile

@@ -341,26 +341,6 @@ def to_c(node: AstNode, kernel: Kernel, indent: int = 0) -> str:
     return f"{pad}{statement_text(kernel.statement[node.stmt], node.args)}\n"
 
 
-def explain(schedule: Schedule) -> str:
-    """The schedule as C-like code (the isl AST with statement bodies); a temporary
-    that codegen stores in one slice per thread says so."""
-    from polytile.poly.transform.contract import (
-        private_temporaries,  # it builds on this module's AST
-    )
-
-    kernel = schedule.kernel
-    tree = build_ast(schedule)
-    private = {p.tensor: p for p in private_temporaries(schedule, tree)}
-    header = [f"// kernel {kernel.name}"]
-    for t in kernel.tensors.values():
-        line = f"// {t.role.value:<9} {t.dtype}{list(t.shape)} {t.name}"
-        if t.name in private:
-            p = private[t.name]
-            line += f" (private to each iteration of {p.loop}: {p.span} elements per thread)"
-        header.append(line)
-    return "\n".join(header) + "\n" + to_c(tree, kernel)
-
-
 # --- partial-tile guards hoisted out of loops ----------------------------------------
 #
 # `tiles.isolate_full_tiles` sets full tiles apart band by band, but a parallel loop is

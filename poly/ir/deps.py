@@ -3,10 +3,34 @@ each over its domain in lexicographic order)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import islpy as isl
 
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.kernel import Dependences, Kernel
+
+if TYPE_CHECKING:
+    from polytile.poly.ir.kernel import Kernel
+
+
+@dataclass(frozen=True)
+class Dependences:
+    """Memory-based dependences between statement instances, in program order.
+
+    `reduction` holds the self-dependences of reduction statements through their
+    accumulator: the combiner is associative, so they may be reordered, but a loop that
+    carries one must not run in parallel.
+    """
+
+    flow: isl.UnionMap
+    anti: isl.UnionMap
+    output: isl.UnionMap
+    reduction: isl.UnionMap
+
+    def ordering(self) -> isl.UnionMap:
+        """Every dependence a schedule must keep in order."""
+        return self.flow.union(self.anti).union(self.output)
 
 
 def program_order(kernel: Kernel) -> isl.UnionMap:

@@ -21,7 +21,8 @@ import islpy as isl
 import numpy as np
 
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import COMBINERS, Expr, Load, loads
+from polytile.poly.ir.deps import Dependences, compute_dependences
+from polytile.poly.ir.expr import COMBINERS, Binary, Expr, Load, Unary, loads, walk
 
 
 class Role(enum.Enum):
@@ -131,8 +132,6 @@ class Kernel:
 
     @cached_property
     def dependences(self) -> Dependences:
-        from polytile.poly.ir.deps import compute_dependences
-
         return compute_dependences(self)
 
     def inputs(self) -> list[Tensor]:
@@ -147,13 +146,6 @@ class Kernel:
             if t.source == onnx_name:
                 return t
         raise KeyError(f"kernel {self.name} holds no tensor for '{onnx_name}'")
-
-    def explain(self, schedule: object = None) -> str:
-        """C-like code of the kernel under `schedule` (default: its default schedule)."""
-        from polytile.poly.ast.build import explain
-        from polytile.poly.default.schedule import default_schedule
-
-        return explain(schedule if schedule is not None else default_schedule(self))
 
     def workload_key(self) -> str:
         """A stable structural hash: identical kernels (up to constant values) share it."""
@@ -180,30 +172,9 @@ class Kernel:
 
     def flops(self) -> int:
         """Arithmetic operations executed (domain size × operations per instance)."""
-        from polytile.poly.ir.expr import Binary, Unary, walk
-
         total = 0
         for s in self.statements:
             ops = sum(1 for e in walk(s.expr) if isinstance(e, Binary | Unary))
             ops += 1 if s.reduction else 0
             total += ih.card(s.domain_set()) * ops
         return total
-
-
-@dataclass(frozen=True)
-class Dependences:
-    """Memory-based dependences between statement instances, in program order.
-
-    `reduction` holds the self-dependences of reduction statements through their
-    accumulator: the combiner is associative, so they may be reordered, but a loop that
-    carries one must not run in parallel.
-    """
-
-    flow: isl.UnionMap
-    anti: isl.UnionMap
-    output: isl.UnionMap
-    reduction: isl.UnionMap
-
-    def ordering(self) -> isl.UnionMap:
-        """Every dependence a schedule must keep in order."""
-        return self.flow.union(self.anti).union(self.output)

@@ -312,7 +312,7 @@ def test_512_bit_vectors_in_the_assembly() -> None:
 
 def test_build_and_benchmark_from_the_schedule_handle() -> None:
     """TVM's mm_relu tutorial, end to end: schedule by hand, build, compare, time."""
-    from polytile.poly.api import ScheduleHandle
+    from polytile.handle import ScheduleHandle
 
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(64, 64), B=(64, 64))
     sch = ScheduleHandle(k)

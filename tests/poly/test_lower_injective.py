@@ -18,6 +18,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from polytile.explain import explain
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import import_model as import_raw
 from polytile.poly.default.schedule import default_schedule
@@ -96,7 +97,7 @@ def run_checked(
         kernels.append(kernel)
         assert_affine_in_bounds(kernel)
         kernel.dependences  # noqa: B018  (computes)
-        kernel.explain(default_schedule(kernel))
+        explain(default_schedule(kernel))
         inputs = {
             t.name: np.asarray(env[t.source], dtype=t.dtype).reshape(t.shape)
             for t in kernel.inputs()

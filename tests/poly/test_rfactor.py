@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from polytile.errors import IllegalSchedule
-from polytile.poly.api import ScheduleHandle
+from polytile.handle import ScheduleHandle
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.schedule import initial_schedule
 from polytile.poly.oracle.interp import run_schedule

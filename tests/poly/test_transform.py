@@ -14,9 +14,10 @@ from onnx import helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
+from polytile.explain import explain
 from polytile.frontend import OptimizeConfig
-from polytile.poly.api import ScheduleHandle
-from polytile.poly.ast.build import Block, build_ast, explain
+from polytile.handle import ScheduleHandle
+from polytile.poly.ast.build import Block, build_ast
 from polytile.poly.default.conv import conv_plan
 from polytile.poly.default.schedule import DefaultConfig, default_schedule, tile_band
 from polytile.poly.default.steps import main_statement
@@ -25,10 +26,10 @@ from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.oracle.interp import run_schedule
 from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform import pack as P
 from polytile.poly.transform import steps as T
 from polytile.poly.transform.contract import private_temporaries
 from polytile.poly.transform.flatten import flatten_planes
-from polytile.poly.transform.steps import pack as P
 from polytile.search.space import SearchSpace
 
 from kernels import conv2d, float_model, mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
