@@ -24,8 +24,9 @@ STAGES = {
 }
 
 
-def source_modules() -> set[str]:
-    modules = set()
+def source_files() -> dict[str, Path]:
+    """Every module of the stage folders by its import name."""
+    modules = {}
     for folder, package in STAGES.items():
         for path in (ROOT / folder).rglob("*.py"):
             if "__pycache__" in path.parts:
@@ -33,8 +34,12 @@ def source_modules() -> set[str]:
             parts = path.relative_to(ROOT / folder).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            modules.add(".".join((package, *parts)))
+            modules[".".join((package, *parts))] = path
     return modules
+
+
+def source_modules() -> set[str]:
+    return set(source_files())
 
 
 @pytest.fixture(scope="module")
