@@ -298,11 +298,10 @@ def prefetch_targets(
 ) -> list[int | None]:
     """For each call, the constant its parallel iterations fetch ahead: the next call's
     largest, from `PREFETCH_MIN_BYTES` on. A model's weights come from memory once per
-    inference while most kernels leave memory idle as they compute: ResNet-50's calls
-    took 4-6% less time in all with their weights read just before them, and with this
-    window the model 0.977 instead of 1.016× onnxruntime's time (tuned; default
-    schedules 1.118 instead of 1.205×). Asked for all at once per parallel iteration
-    instead of a line per step, the lines gained nothing (dropped requests, likely)."""
+    inference while most kernels leave memory idle as they compute, so reading them
+    during the call before shortens the model (see benchmarks/results/models-*.md).
+    Asked for all at once per parallel iteration instead of a line per step, the lines
+    gained nothing (dropped requests, likely)."""
 
     def target(call: KernelCall) -> int | None:
         sizes = [

@@ -4,8 +4,8 @@ A register tile that keeps one output channel per lane (a convolution vectorized
 output channels) writes an NCHW tensor whose contiguous dimension is the tile's *other*
 axis: each accumulator's lanes lie a row apart. Moved lane by lane, the `n` accumulators
 of an unrolled pixel block cost `n × lanes` scalar loads and inserts before the
-reduction and as many extracts and stores after it (the 7×7 stem conv spent 13% of its
-time there). Moved as rows instead, the block is `lanes` (masked) vector loads or stores
+reduction and as many extracts and stores after it (a large share of the 7×7 stem
+conv's time). Moved as rows instead, the block is `lanes` (masked) vector loads or stores
 of `n` contiguous elements and a `lanes × lanes` transpose in registers: log2(lanes)
 stages of two-source shuffles, `lanes` shuffles each."""
 

@@ -497,8 +497,8 @@ class Instance:
         ones, its mantissa nonzero) while equal results OR to themselves: three
         instructions off any mask register, where a compare, a NaN check, a mask OR and
         a blend took four and lengthened a `max=` chain (the MaxPool kernels of ResNet-50
-        and Inception v2 alone: 12-33% faster; whole models within 2%, where their input
-        comes from memory). A constant operand that is not NaN needs one select. LLVM's
+        and Inception v2 gain alone; whole models little, where their input comes from
+        memory). A constant operand that is not NaN needs one select. LLVM's
         `maximum` also orders -0 below +0, which costs a sign test and two blends per
         call; here max(-0, +0) may give -0 (equal to +0)."""
         b = self.b

@@ -111,11 +111,11 @@ _OPS = {
 }
 
 
-#: isl operations one AST generation may take: over five times what the largest default
-#: schedule of the zoo needs (VGG-19's Winograd convs: between 0.6 and 0.75 million, with
-#: AVX-512 and with AVX2), room for the search's candidates of such kernels. isl's AST
-#: generator can blow up (minutes) on fused loops over guarded, non-divisible tiles;
-#: such a schedule is illegal rather than a hang.
+#: isl operations one AST generation may take: several times what the largest default
+#: schedule of the zoo needs (VGG-19's Winograd convs, with AVX-512 and with AVX2), room
+#: for the search's candidates of such kernels. isl's AST generator can blow up
+#: (minutes) on fused loops over guarded, non-divisible tiles; such a schedule is
+#: illegal rather than a hang.
 AST_OPERATIONS = 4_000_000
 
 
@@ -349,10 +349,9 @@ def to_c(node: AstNode, kernel: Kernel, indent: int = 0) -> str:
 # neither unroll nor keep the accumulators in registers for every row, and the thread
 # that runs that iteration takes the longest (ResNet-50's 1024→256 1×1 conv over 14×14
 # pixels: its last pixel tile, four columns, kept two of six rows in memory through 1,024
-# reduction steps; hoisted, 0.79 -> 0.63 ms a call alone on a 2-vCPU Zen 3, and its
-# 1024→512 twin 1.48 -> 1.23 ms). The guard's other side `e` only uses loops outside
-# the reduction, so the body of the innermost of them (`m0`) is emitted twice: under
-# `if (e >= 5)` with the bound a constant, and as it was.
+# reduction steps). The guard's other side `e` only uses loops outside the reduction,
+# so the body of the innermost of them (`m0`) is emitted twice: under `if (e >= 5)`
+# with the bound a constant, and as it was.
 
 
 def unswitch_partial_trips(node: AstNode) -> AstNode:

@@ -37,8 +37,8 @@ from polytile.poly.ir.schedule import Schedule
 Piece = tuple[str, str]  # (condition, quasi-affine text)
 #: isl operations the check of one AST may take (the sets' unions, intersections and
 #: comparisons): ten times what the zoo's largest default schedule needs. A fused loop
-#: over guarded tiles can make the pieces' sets explode (over 16 GB and 14 minutes seen
-#: in the tuner); such a schedule is illegal rather than a hang.
+#: over guarded tiles can make the pieces' sets explode (the tuner met one that took
+#: gigabytes and minutes); such a schedule is illegal rather than a hang.
 CHECK_OPERATIONS = 1_000_000
 _TRUE = "(0 = 0)"
 

@@ -24,10 +24,10 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
 
     A tile that a loop's extent does not divide leaves the vector and unrolled loops
     inside with a trip count like `min(7, 168 - 8 * t)`: codegen can then neither unroll
-    them nor keep a register tile's accumulators in registers (measured 5× slower). isl's
-    `isolate` option on the outermost serial loop whose values decide the trip count
-    makes it emit the full tiles, where every such count is constant, and the rest
-    after them. An inner serial loop is isolated too when partial tiles remain inside
+    them nor keep a register tile's accumulators in registers. isl's `isolate` option on
+    the outermost serial loop whose values decide the trip count makes it emit the full
+    tiles, where every such count is constant, and the rest after them.
+    An inner serial loop is isolated too when partial tiles remain inside
     an outer loop's full tiles (a tail in both `i` and `j`). A padded window's border
     tiles (`_window_border`) are set apart the same way: the middle tiles isolated, or
     the first where there is no middle, and the rest emitted piece by piece (isl's

@@ -104,9 +104,8 @@ def plan_of(
     # a padded window's moving reductions go below the row block (`schedule_conv`), so
     # the block holds one weight vector per window column besides its accumulators: one
     # register of channels a row, and twice the rows, keeps them in registers, as the
-    # tuner's best records choose for most such convs (a call in the model, two registers
-    # by 8 rows against one by 16: AlexNet's grouped 5x5 conv 4.4 -> 0.8 ms, ResNet-50's
-    # stem 0.67 -> 0.47 ms, its 3x3 convs 0.45-0.69 -> 0.43-0.59 ms)
+    # tuner's best records choose for most such convs (AlexNet's grouped 5x5 conv,
+    # ResNet-50's stem and 3x3 convs; see benchmarks/results/resnet50_tuned-*.md)
     window = padded and bool(moving_reductions(main, reduce, dim_of, row))
     widths = (lanes, lanes // 2) if window else (2 * lanes, lanes, lanes // 2)
     rows = config.vector_registers // 2 if window else 2 * config.rows
@@ -237,20 +236,13 @@ def rows_first(
     once per block, while one band of input rows stays in cache across every block. The
     price is the weights, read whole once per row instead: taken while they fit half of
     L2 or while they move fewer bytes (rows x weights against blocks x input). Only a
-    row loop long enough to share among the threads (four iterations each: 7 rows on 2
-    threads lost 8%), so that it is parallel alone (a padded row fused into the parallel
-    loop would take guards). On a 2-vCPU Zen 3 (512 KB L2), alone: the stride-2 stems of
-    SqueezeNet, ZFNet-512 and AlexNet 2.13 -> 1.01, 5.92 -> 3.53 and 1.47 -> 1.32 ms a
-    call, ResNet-50's stride-2 1x1 convs 1.42-1.69 -> 1.31-1.45 ms (one of four pairs
-    even; compile now samples their input first, `sample_strided_1x1_convs`); ZFNet-512
-    0.84 -> 0.80x onnxruntime's latency (same turns). Padded: ResNet-50's stride-2 3x3
-    conv at 56x56 1.74 -> 1.54 ms, ShuffleNet's stem 198 -> 127 us, the 7x7 stems 1-5%
-    faster; 3x3 convs of stride 1 (VGG-19's, ResNet-50's at 56x56) even. An input
-    over half of L2 counts as outgrowing it: in the model each thread's L2 holds it
-    beside its weights, and the threads of the kernel before wrote it in halves. On a
-    2-vCPU Intel AVX-512 host (2 MB L2), ResNet-50's stride-2 3x3 conv over 1.6 MB
-    took 1.245 -> 0.968 ms a call in the model, the model 32.77 -> 32.51 ms (21
-    turns); the zoo's other models even."""
+    row loop long enough to share among the threads (four iterations each; fewer lost
+    time), so that it is parallel alone (a padded row fused into the parallel loop would
+    take guards). It pays for the stride-2 stems and convs whose input outgrows L2
+    (SqueezeNet, ZFNet-512, AlexNet, ResNet-50, ShuffleNet); stride-1 3x3 convs break
+    even. An input over half of L2 counts as outgrowing it: in the model each thread's
+    L2 holds it beside its weights, and the threads of the kernel before wrote it in
+    halves (see benchmarks/results/models-*.md)."""
     channel = dim_of[plan.channel]
     for name in spatial:
         if name in (plan.channel, plan.row) or extent[name] < 4 * config.threads:
@@ -286,11 +278,8 @@ def panel_chunk(
     tiles below, or None. A channel block reads its weights (`lanes` x channels) once
     per pixel tile; where they outgrow L1 but the block's outputs are few (a 1x1 conv
     over 7x7 pixels), a chunk of `panel_bytes` of them stays in L1 across the tiles,
-    whose accumulators are reloaded per chunk. Only a single unpadded reduction (a 1x1
-    conv; 3x3 convs lost 18-65% at chunks of 64 and 128). On a 2-vCPU Zen 3: ResNet-50's
-    512->2048 and 2048->512 1x1 convs over 7x7 alone 0.86 -> 0.73 ms and 0.96 -> 0.73 ms
-    a call; the model 1.18 -> 1.15x onnxruntime's latency, DenseNet-121 1.02 -> 1.01x
-    (same turns)."""
+    whose accumulators are reloaded per chunk (ResNet-50's 512->2048 and 2048->512 1x1
+    convs over 7x7). Only a single unpadded reduction: 3x3 convs lost time chunked."""
     if len(reduce) != 1 or not main.domain_set().is_box():
         return None
     size = np.dtype(kernel.tensors[main.tensor].dtype).itemsize
@@ -308,8 +297,8 @@ def stream_tile(reduce: list[str], schedule: Schedule, config: DefaultConfig) ->
     """The channel tile of a 1×1 conv's channel plan with a long reduction (0: none): its
     register block's accumulators are reloaded once per `config.cache_reduction`
     channels. Measured, not understood: without the tiles LLVM spilled two of the 28
-    accumulators in the channel loop (1024->256 over 14x14 pixels, alone: 412 -> 350 us
-    with tiles of 64, 128 or 256 channels)."""
+    accumulators in the channel loop (1024->256 over 14x14 pixels); tiles of 64, 128 or
+    256 channels all avoid it."""
     if len(reduce) != 1 or T.loop_extent(schedule, reduce[0]) <= config.cache_reduction:
         return 0
     return config.cache_reduction
@@ -323,12 +312,9 @@ def row_tiles(extent: Mapping[str, int], plan: ConvPlan) -> int:
 def _long_reduction(schedule: Schedule, reduce: list[str], config: DefaultConfig) -> bool:
     """Whether a 1×1 conv on channel vectors reduces over enough channels
     (`config.stream_reduction`) to fill the registers (`_stream_rows`) and tile its
-    channels (`stream_tile`). On a 2-vCPU Intel AVX-512 host, calls in the model:
-    ResNet-50's 1x1 convs over 7x7 pixels 0.53-0.57 -> 0.45-0.51 ms, its sampled
-    stride-2 1024->2048 conv 1.11 -> 0.97 ms; the model 1.277 -> 1.256x onnxruntime's
-    latency, DenseNet-121 and Inception v2 even (same turns). Over more pixels, where
-    the matrix-product plan streams them, channel vectors lost alone (128->512 at
-    28x28 361 -> 557 us) or in the model (512->256 at 28x28 0.96 -> 1.39 ms)."""
+    channels (`stream_tile`), as ResNet-50's 1x1 convs over 7x7 pixels gain from. Over
+    more pixels, where the matrix-product plan streams them, channel vectors lose
+    (ResNet-50's 128->512 and 512->256 convs at 28x28)."""
     extent = math.prod(T.loop_extent(schedule, r) for r in reduce)
     return 0 < config.stream_reduction <= extent
 
@@ -336,9 +322,8 @@ def _long_reduction(schedule: Schedule, reduce: list[str], config: DefaultConfig
 def _stream_rows(config: DefaultConfig) -> int:
     """Pixels in registers of a 1×1 conv's channel plan with a long reduction: two
     registers of channels each, beside the two weight vectors, a broadcast and a spare
-    (14 with AVX-512's 32 registers: 28 accumulators). Alone, on a 2-vCPU Intel AVX-512
-    host: ResNet-50's 2048->512 1x1 conv over 7x7 pixels 413 -> 366 us against 8 pixels;
-    7 pixels by four registers spilled an accumulator (390 us)."""
+    (14 with AVX-512's 32 registers: 28 accumulators), which beat 8 pixels on ResNet-50's
+    2048->512 1x1 conv over 7x7; 7 pixels by four registers spilled an accumulator."""
     return (config.vector_registers - 4) // 2
 
 
@@ -370,14 +355,11 @@ def _row_block(extent: int, largest: int, lanes: int, *, divisors: bool = True) 
     """The whole row when it is short, else a register block of at most `largest` rows that
     a vector of `lanes` divides or that divides one: the init and the epilogue in the
     block's tile run in vectors along the row, cut at multiples of `lanes` over the whole
-    row, so a block of 3 or 6 splits them into guarded pieces in every tile (SqueezeNet's
-    stem, 111 columns: 1.02 -> 0.48 ms warm with 4 rows instead of 3; ZFNet-512's and
-    AlexNet's stems 0.60x and 0.88x; ZFNet-512's 5x5 conv 1.06x and ResNet-50's 1x1 convs
-    over 7x7 pixels 0.88-1.09x, run to run, with 4 instead of 5 or 6). Among those, one
-    that divides the row (no partial tile) if `divisors`, else the largest. A padded
-    window takes the largest: its tiles at the border are emitted apart anyway
-    (`poly.tiles`), and ResNet-50's 3x3 conv at 56x56 ran 0.52 ms a call in the model with
-    16 rows against 0.60 ms with 14."""
+    row, so a block of 3 or 6 splits them into guarded pieces in every tile (the stems
+    of SqueezeNet, ZFNet-512 and AlexNet lost most). Among those, one that divides the
+    row (no partial tile) if `divisors`, else the largest. A padded window takes the
+    largest: its tiles at the border are emitted apart anyway (`poly.tiles`), and
+    ResNet-50's 3x3 conv at 56x56 ran faster with 16 rows than with 14."""
     if extent <= largest + largest // 2:
         return extent
     sizes = [n for n in range(largest, 0, -1) if n % lanes == 0 or lanes % n == 0]

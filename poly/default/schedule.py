@@ -189,10 +189,9 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
         schedule = attempt(schedule, lambda s: T.vectorize(s, innermost))
     if blocked is not None:
         # unrolled, its accumulators stay in registers, also where the vector loop was
-        # too short to split (a pooling window over 7 columns: in memory, every window
-        # element was a load, an add and a store, whose time also swung 2-3x between two
-        # compilations of the same code; Inception v1 0.785 -> 0.726x and v2 1.613 ->
-        # 1.548x onnxruntime's latency, in the same turns)
+        # too short to split (a pooling window over 7 columns): in memory, every window
+        # element is a load, an add and a store, and their time swings between two
+        # compilations of the same code
         schedule = attempt(schedule, lambda s: T.unroll(s, blocked))
     for stmt in epilogue(schedule.kernel, main):
         schedule = vectorize_innermost(schedule, stmt, config.vector_width)
@@ -215,8 +214,7 @@ def register_block(
     `gemm_block` rows where it holds two blocks of `config.rows`. Or one that they move
     with only by group, as a grouped conv's input channel `68*floor(m/68) + c`, in the
     most rows that never straddle a group (ShuffleNet's grouped 1x1 convs, 68 channels a
-    group: 133 -> 99 and 138 -> 112 us warm with 4 rows instead of none). (None,
-    `config.rows`) when neither holds two blocks."""
+    group). (None, `config.rows`) when neither holds two blocks."""
     for name in reversed(spatial[:-1]):
         dim, length = dim_of[name], extent[name]
         if all(not depends(ld.index, dim) for ld in vec_loads):
@@ -242,9 +240,8 @@ def window_block(
     """The loop a pooling window blocks in registers: the outermost spatial loop long
     enough for two blocks that the window does not slide along (the channels). No
     operand is reused across it, but its `rows` accumulators are independent chains of
-    loads and max / sum over separate planes, where one row's window is a serial chain
-    (ResNet-50's 3x3 MaxPool over 64 channels: 0.24 -> 0.12 ms warm). None for other
-    reductions (no reduction loop moves along the vector loop)."""
+    loads and max / sum over separate planes, where one row's window is a serial chain.
+    None for other reductions (no reduction loop moves along the vector loop)."""
     if not moving_reductions(main, reduce, dim_of, spatial[-1]):
         return None
     return next(
@@ -260,9 +257,8 @@ def window_block(
 def row_vectors(extent: int, width: int, config: DefaultConfig, rows: int = 0) -> int:
     """Vectors a register-blocked row holds: two where the row has four or more (twice
     the independent accumulators), even when they do not divide it, since the AST
-    generator emits the full tiles apart (default schedules, same turns: ResNet-50
-    0.94x, SqueezeNet 0.93x the time with two only where they divided the row; its
-    1000-class 1x1 conv over 169 pixels 0.60 -> 0.50 ms a call). Three where a block of
+    generator emits the full tiles apart and the remainder costs less than the chains
+    gain (see benchmarks/results/models-*.md). Three where a block of
     `rows` (0: none) still leaves a weight broadcast and the row's operand vectors in
     registers (`config.wide_rows`, 32 registers: 8 rows x 3): each loaded weight feeds
     more FMAs."""
@@ -296,10 +292,7 @@ def cache_rows(blocks: int, config: DefaultConfig) -> int:
     cache_reduction x cache_columns vectors) before the next tile, or 0 for all of them.
     With the row blocks outside the tiles every block re-reads all of B, from L3 once it
     outgrows L2; a band of `config.cache_rows` blocks reads each panel from L2 instead,
-    as BLAS's row panel of A does (on a 2-vCPU Intel AVX-512 host, A·B 1024³ 165 -> 261
-    GFLOPS, 2048³ 169 -> 246, numpy 293-305; ResNet-50's 1x1 convs over 512 channels
-    at 28x28 0.70 -> 0.64 and 1.26 -> 1.02 ms a call, the model 1.2-3.7% faster; the
-    other zoo models even)."""
+    as BLAS's row panel of A does (see benchmarks/results/gemm-*.md)."""
     return config.cache_rows if 0 < config.cache_rows < blocks else 0
 
 
@@ -317,16 +310,14 @@ def packed_inputs(
     re-read as a panel of `panel_rows` rows (the reduction's cache tile) by each of
     `reuse` register blocks. Packed, a panel is one contiguous stream. It pays where:
     - the vectors run across its rows (a transposed operand): every lane is a load of
-      its own (on a 2-vCPU Zen 3, A·Bᵀ at 1024³ 16 -> 174 GFLOPS, at 128³ 64 -> 94);
+      its own;
     - or its rows lie so nearly a multiple of L1's way apart that at least four times
       its ways of panel rows share one set (1024 floats apart: all 256 in one), and it
-      outgrows L2 (smaller ones stay there: 128³ lost 79 -> 73 GFLOPS). A·B 1024³
-      112 -> 177, 512³ 137 -> 173, 2048³ 65 -> 155 GFLOPS (numpy 185). ResNet-50's 1x1
+      outgrows L2 (smaller ones stay there, so the copy only costs). ResNet-50's 1x1
       convs over 56x56 pixels, rows 3136 floats apart, put 16 rows in each of 16 sets
-      and lost 10-22% packed, so they are left alone.
-    And only when at least `pack_reuse` blocks re-read it: the copy is one more pass
-    (A·B with 1024² B: 16 rows lost 79 -> 71 GFLOPS, 32 rows 104 -> 108, 64 rows
-    106 -> 132)."""
+      and lose time packed, so they are left alone.
+    And only when at least `pack_reuse` blocks re-read it: the copy is one more pass,
+    which a few blocks do not repay (see benchmarks/results/gemm-*.md)."""
     found = []
     for ld in loads(main.expr):
         t = kernel.tensors.get(ld.tensor)
@@ -353,7 +344,7 @@ def tiles_first(
     the vectors' dim but not the blocks' (a 1x1 conv's input, B of a matrix product) is
     read whole once per block; larger than L2, it then streams from memory each time,
     while one tile of it stays in cache across all the blocks (ResNet-50's 256-channel
-    1x1 convs at 56x56, 3.2 MB: cold 1.0 -> 0.64 ms and 2.6 -> 1.5 ms)."""
+    1x1 convs at 56x56, 3.2 MB)."""
     return operand_bytes(kernel, stmt, vec_dim, block_dim) > config.cache_bytes
 
 
@@ -363,13 +354,9 @@ def tile_band(kernel: Kernel, main: Statement, tiles: int, config: DefaultConfig
     one run of `band` tiles a row, before the next block, where a single tile left its
     output (and a residual read in place) as pieces of a few lines in each of hundreds of
     rows, too many streams for the prefetchers. The band count splits evenly among the
-    threads; among those sizes, the one nearest `config.band_tiles`. On a 2-vCPU Intel
-    AVX-512 host (2 MB L2), calls in the model (the order of the variants alternating): ResNet-50's
-    64->256 1x1 convs at 56x56 (3.2 MB outputs) 0.427 -> 0.357 ms without the residual,
-    0.456 -> 0.424 with it; the model even (1.120 against 1.124x onnxruntime's latency,
-    within its noise), the zoo's other models unchanged (none of their kernels has such
-    an output). Bands of 4-8 tiles on every tiles-first plan lost 0.03-0.05 ms a call
-    where the output fits L2 (256->64 at 56x56, the 28x28 convs)."""
+    threads; among those sizes, the one nearest `config.band_tiles`. Where the output
+    fits L2 (ResNet-50's 256->64 convs at 56x56, its 28x28 convs) bands only cost, so
+    there are none."""
     if not config.band_tiles:
         return 0
     out = kernel.tensors[main.tensor]
@@ -399,16 +386,9 @@ def weights_first(
     (its input) outgrows an eighth, and re-reading the first per vector tile moves fewer
     bytes than re-reading the second per block. The weights then come from L2 for every
     pixel tile while each tile of the input stays in L1; with the blocks outside, every
-    block re-read the whole input. On a 2-vCPU Intel AVX-512 host (2 MB L2), calls in
-    the model: ResNet-50's 512->128 1x1 convs at 28x28 0.65-0.79 -> 0.38-0.39 ms
-    (onnxruntime 0.40), 64->64 at 56x56 0.20 -> 0.13, 512->256 at 28x28 0.93 -> 0.78;
-    the model 1.205-1.208 -> 1.151-1.163x onnxruntime's latency, DenseNet-121 1.028 ->
-    0.955x, SqueezeNet 1.675 -> 1.339x, ShuffleNet 1.358 -> 1.307x, Inception v1 0.777
-    -> 0.753x, v2 and the transformer even (same turns); alone, A·B with
-    few rows of A: 24x512x512 233 -> 304, 64x1024x1024 118 -> 213, 128x1024x2048 154 ->
-    255 GFLOPS (16x2048x2048 128 -> 112). Weights of half of L2
-    (1 MB: the 1x1 convs at 14x14) lost 0.45 -> 0.53 ms, and operands under an eighth
-    of it (the transformer's attention) lost 0.03 -> 0.06 ms."""
+    block re-reads the whole input. The bounds exclude where it lost: weights of half of
+    L2 (the 1x1 convs at 14x14) and operands under an eighth of it (the transformer's
+    attention); see benchmarks/results/models-*.md and gemm-*.md."""
     if not config.stream_weights:
         return False
     (vec_dim, vec_tiles), (block_dim, row_blocks) = tiles, blocks
@@ -421,9 +401,7 @@ def weights_first(
 def gemm_block(extent: int, config: DefaultConfig) -> int:
     """Rows in registers of a matrix-product plan: twice `config.rows` (with AVX-512 8
     accumulators of one vector a row, 16 of two), enough independent FMA chains for two
-    full-width pipes; `config.rows` when the loop cannot hold two such blocks. On a 2-vCPU
-    Zen 5 (warm, default schedules): ResNet-50's 1x1 convs with a residual at 56x56,
-    28x28 and 14x14 went from 334, 413 and 466 us with 4 rows to 298, 326 and 332 us."""
+    full-width pipes; `config.rows` when the loop cannot hold two such blocks."""
     rows = config.rows
     return 2 * rows if extent >= 4 * rows else rows
 

@@ -39,8 +39,7 @@ class DefaultConfig:
     #: `cache_rows`; 0: all of them)
     cache_rows: int = 16
     #: an operand larger than this (a core's L2: compile gives the host's), re-read for
-    #: every register block, is walked tile by tile instead (see `tiles_first`). A Zen 3's
-    #: 512 KB against 1 MB: ResNet-50 1.26 -> 1.20x onnxruntime's latency, same turns
+    #: every register block, is walked tile by tile instead (see `tiles_first`)
     cache_bytes: int = 1 << 20
     #: the chunk of a conv plan's weights that stays in L1 across its pixel tiles (see
     #: `panel_chunk`)
@@ -81,9 +80,7 @@ class DefaultConfig:
         (`gemm_block`, `conv_plan`), at two vectors a row. With 32 registers 4: 16
         accumulators. With 16 registers 3, as BLIS's 6x16 Haswell kernel: 12
         accumulators, two operand vectors and a broadcast. With 4 the accumulators alone
-        filled the 16 registers and spilled (a 2-vCPU Zen 3, ResNet-50's 1x1 convs 0.89-
-        2.69 -> 0.56-1.48 ms a call alone; the model 1.58-1.69 -> 1.26-1.30x onnxruntime's
-        latency, same turns)."""
+        fill the 16 registers and spill."""
         if self.register_block is not None:
             return self.register_block
         return 4 if self.vector_registers >= 32 else 3
@@ -130,9 +127,8 @@ def main_statement(kernel: Kernel) -> Statement:
 def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
     """The main statement's padded input (`padded_inputs`) made inside its outermost loop,
     vectorized: copied one tile (of channels) at a time, while it stays in cache, rather
-    than in a pass over the whole input (Inception v2's 3x3 AveragePools over 14x14, from
-    152-161 us a call without the copy: 58 us with it as a pass of its own, 45 us inside
-    the tile)."""
+    than in a pass over the whole input (Inception v2's 3x3 AveragePools over 14x14 ran
+    fastest so, then with the copy as a pass of its own, slowest without a copy)."""
     tile = next(
         (lp.name for lp in schedule.loops_of(main) if T.loop_extent(schedule, lp.name) > 1), None
     )
@@ -283,10 +279,10 @@ def gather_inside(
     after them while one lead tile's result fits in L2, else last but outside the row
     tiles `row`: the epilogue, computed in the gathered loops' last iteration, then finds
     the result in cache, and every gathered point of the tile reuses its weights across
-    the rows. A Winograd conv over 28x28 with 128 channels took 844 us with its 16 points
-    outside the rows and 938 us inside; over 224x224 with 64 channels (12.8 MB of points
-    a tile) 22.2 ms outside and 20.5 ms inside, where VGG-19 took 7.97x onnxruntime's time
-    with the points' result in memory and the pieces across the row tiles."""
+    the rows. A small Winograd conv (28x28, 128 channels) gains from its 16 points
+    outside the rows; a large one (VGG-19's 224x224 with 64 channels, 12.8 MB of points
+    a tile) must keep them inside, or its points' result lives in memory in pieces across
+    the row tiles (see benchmarks/results/conv-*.md)."""
     rest = [n for n in outer if n not in gathered and n not in lead]
     t = schedule.kernel.tensors[main.tensor]
     tiles = math.prod(T.loop_extent(schedule, n) for n in lead)
@@ -379,10 +375,10 @@ def parallelize_outer(
         ):
             # fused in, each is indexed through a modulo of the parallel loop: a padded
             # conv's rows take guards, a tile loop's register tile leaves the registers,
-            # uneven tiles guard their vector loops (measured 5x, 8-20x slower: Inception
-            # v1/v2, DenseNet); with fewer iterations than threads, idle threads cost more
-            # (DenseNet's 32-channel convs: 2x). An explicit depth (the search's decision)
-            # is taken as asked for tiles: the measurement judges it.
+            # uneven tiles guard their vector loops (each several times slower in
+            # Inception v1/v2 and DenseNet); with fewer iterations than threads, idle
+            # threads cost more (DenseNet's 32-channel convs). An explicit depth (the
+            # search's decision) is taken as asked for tiles: the measurement judges it.
             break
         chain.append(loop.name)
         extent *= T.loop_extent(schedule, loop.name)

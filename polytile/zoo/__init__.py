@@ -239,8 +239,8 @@ def _check(name: str, model: onnx.ModelProto | bytes) -> None:
 def build(name: str, seed: int = 0) -> onnx.ModelProto:
     """Build zoo model `name` in memory with weights seeded by `seed` (nothing on disk).
 
-    The result passes onnx.checker (checked here: it costs a serialisation, ~2.5 s of the
-    ~6 s for VGG-19, but the light files come from whatever onnx is installed).
+    The result passes onnx.checker (checked here: it costs a serialisation, a large part
+    of a big model's build, but the light files come from whatever onnx is installed).
     """
     model = _build_unchecked(name, seed)
     _check(name, model)
