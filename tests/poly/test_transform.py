@@ -375,9 +375,9 @@ def test_a_padded_conv_window_takes_one_register_of_channels_and_more_rows(
 ) -> None:
     """A padded 5x5 window's columns (kw) go below the row block, which then holds a
     weight vector per column besides its accumulators: one 16-lane register of channels by
-    16 rows (of 26), not two registers by 8 (AlexNet's grouped conv: 4.4 ms a call in the
-    model against 0.8 ms). Without padding the row block goes below kw and the channels
-    stay two registers wide, over 8 rows. Both, compiled, match numpy."""
+    16 rows (of 26), not two registers by 8, keeps them all in registers (AlexNet's
+    grouped conv). Without padding the row block goes below kw and the channels stay two
+    registers wide, over 8 rows. Both, compiled, match numpy."""
     w = np.random.default_rng(0).standard_normal((32, 1, 5, 5)).astype(np.float32)
     conv = kernel_from_node(
         helper.make_node("Conv", ["x", "w"], ["y"], pads=[pads] * 4),
