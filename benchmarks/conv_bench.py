@@ -6,8 +6,8 @@ by channels (`polytile.compiler.lower_config`); these figures are where its thre
 comes from. `--avx2` compiles polytile's code for the host's AVX2 subset (16 registers of
 8 floats) instead of AVX-512, and writes conv-CPU-avx2.{json,md}.
 
-Kernel times on small machines swing 1.5-2x between processes, so only the ratios of one
-run mean anything.
+Kernel times on small machines swing between processes by more than the differences
+measured, so only the ratios of one run mean anything.
 """
 
 from __future__ import annotations

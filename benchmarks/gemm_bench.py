@@ -5,7 +5,7 @@ machine's).
 numpy is timed first: libgomp's worker threads spin for a while after a parallel
 region and would steal cores from OpenBLAS if polytile ran just before it. Some of these
 machines set OPENBLAS_CORETYPE=Haswell (older OpenBLAS builds misbehave on their CPUs),
-which holds OpenBLAS to AVX2 kernels: at full width it is about 1.8× faster on a Zen 5.
+which holds OpenBLAS to AVX2 kernels, well below its full-width speed.
 The results name the kernels OpenBLAS ran; to time it at full width:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/gemm_bench.py

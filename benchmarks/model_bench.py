@@ -64,7 +64,7 @@ def measure(
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     # the peers take turns, `rounds` times, and the ratio is the median of the rounds'
-    # ratios: the VM's speed drifts by 20-30% over minutes, a turn takes seconds. Each
+    # ratios: the VM's speed drifts over minutes, a turn takes seconds. Each
     # turn starts after a pause, so the other peer's spinning worker threads (libgomp's,
     # onnxruntime's) have gone to sleep and do not steal the two cores.
     mine_rounds, theirs_rounds = [], []

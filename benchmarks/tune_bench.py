@@ -4,16 +4,16 @@ the best tuned GEMM against numpy in the same run; the cost model's ranking qual
 (pairwise accuracy, top-k recall) on held-out records, regression against pairwise
 ranking. Writes benchmarks/results/tune.{json,md} and tune.png.
 
-Targets: GEMM 1024³ ≥ 100 GFLOPS within 128 trials (TVM 0.27 MetaSchedule: 99 GFLOPS after
-128 trials; numpy ~214); model-guided reaches random search's final best in at most half
-the trials.
+Targets: GEMM 1024³ ≥ 100 GFLOPS within 128 trials (what TVM 0.27's MetaSchedule reports
+after 128 trials); model-guided reaches random search's final best in at most half the
+trials.
 
     python benchmarks/tune_bench.py [--trials 128] [--seeds 0 1] [--conv-trials 64]
     python benchmarks/tune_bench.py --variants sampled --merge   # add one variant's runs
     python benchmarks/tune_bench.py --report-only [--out DIR]    # re-render tune.json
 
 numpy's figure depends on OPENBLAS_CORETYPE, which some of these machines set to Haswell
-(AVX2 kernels, about half of OpenBLAS's AVX-512 speed on a Zen 5): see `gemm_bench.py`.
+(AVX2 kernels, slower than its AVX-512 ones): see `gemm_bench.py`.
 tune.md does not record whether it was set when its numpy figure was taken.
 
 Variants: `evolutionary` (model-guided, its population seeded with the default
