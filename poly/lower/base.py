@@ -225,6 +225,27 @@ def as_dtype(expr: Expr, dtype: str) -> Expr:
     return expr if expr.dtype == dtype else Cast(expr, dtype)
 
 
+def acc_dtype(dtype: str) -> str:
+    """The dtype sums, products and statistics accumulate in: float16 in float32, any
+    other dtype in itself."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def box_statement(
+    ctx: LowerContext,
+    name: str,
+    dims: Sequence[str],
+    extents: Sequence[int],
+    tensor: str,
+    index: Sequence[str],
+    expr: Expr,
+    where: Sequence[str] = (),
+) -> Statement:
+    """tensor[index] = expr over the box of `extents` (restricted by `where`)."""
+    domain = ctx.domain(name, dims, extents, " and ".join(where))
+    return Statement(name, tuple(dims), domain, tensor, tuple(index), expr)
+
+
 def reduction(
     ctx: LowerContext,
     base: str,

@@ -24,60 +24,32 @@ import numpy as np
 
 from polytile.frontend.graph import TensorType
 from polytile.frontend.ops.nn import (
-    Window,
     conv_transpose_window,
     conv_window,
     einsum_spec,
 )
 from polytile.poly.ir.expr import Cast, Expr, binary, unary
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower import winograd
-from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
+from polytile.poly.lower.base import (
+    LowerContext,
+    acc_dtype,
+    affine_text,
+    as_dtype,
+    box_statement,
+    lowering,
+    reduction,
+)
+from polytile.poly.lower.window import spatial_dims, window_taps, within
+from polytile.poly.lower.winograd import applies as winograd_applies
+from polytile.poly.lower.winograd import conv as winograd_conv
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def _spatial(rank: int, prefix: str) -> tuple[str, ...]:
-    """Names of spatial dimensions: `oh, ow` for prefix 'o' in 2-D, `kd, kh, kw` in 3-D."""
-    letters = {1: "w", 2: "hw", 3: "dhw"}.get(rank)
-    if letters is not None:
-        return tuple(prefix + letter for letter in letters)
-    return tuple(f"{prefix or 's'}{i}" for i in range(rank))
-
-
-def _within(index: str, low: int, high: int, lowest: int, highest: int) -> list[str]:
-    """Constraints keeping `index` (ranging over [lowest, highest]) in [low, high)."""
-    where = []
-    if lowest < low:
-        where.append(f"{index} >= {low}")
-    if highest >= high:
-        where.append(f"{index} < {high}")
-    return where
-
-
-def _acc_dtype(dtype: str) -> str:
-    """The dtype sums are accumulated in: float16 accumulates in float32."""
-    return "float32" if dtype == "float16" else dtype
-
-
-def _statement(
-    ctx: LowerContext,
-    name: str,
-    dims: Sequence[str],
-    extents: Sequence[int],
-    tensor: str,
-    index: Sequence[str],
-    expr: Expr,
-    where: Sequence[str] = (),
-) -> Statement:
-    domain = ctx.domain(name, dims, extents, " and ".join(where))
-    return Statement(name, tuple(dims), domain, tensor, tuple(index), expr)
 
 
 def _accumulator(ctx: LowerContext, out: TensorType) -> str:
     """Where a sum producing the node's output accumulates: the output itself, or a float32
     temporary for a float16 output (see `_store`)."""
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     return ctx.output() if acc == out.dtype else ctx.temp("acc", out.shape, acc)
 
 
@@ -87,7 +59,7 @@ def _store(ctx: LowerContext, acc: str, dims: Sequence[str], out: TensorType) ->
         return []
     name = ctx.statement_name(f"{ctx.node.name}_store")
     value = Cast(ctx.load_temp(acc, dims), out.dtype)
-    return [_statement(ctx, name, dims, out.shape, ctx.output(), dims, value)]
+    return [box_statement(ctx, name, dims, out.shape, ctx.output(), dims, value)]
 
 
 def _group_channel(out: str, per_group_out: int, per_group_in: int, tap: str, group: int) -> str:
@@ -99,31 +71,6 @@ def _group_channel(out: str, per_group_out: int, per_group_in: int, tap: str, gr
         return affine_text([(per_group_in, out), (1, tap)])
     scale = "" if per_group_in == 1 else f"{per_group_in}*"
     return f"{scale}floor({out}/{per_group_out}) + {tap}"
-
-
-def _window_taps(
-    window: Window,
-    spatial: Sequence[int],
-    out_dims: Sequence[str],
-    taps: Sequence[str],
-    lows: Sequence[int] | None = None,
-    highs: Sequence[int] | None = None,
-) -> tuple[list[str], list[list[str]]]:
-    """Input index `o*s + k*d - p` of each spatial axis of a sliding window (`o*s - p` where
-    the window is one tap wide, so a 1×1 window reads bare output positions) and, per
-    axis, the domain constraints keeping it inside the input (or inside [lows, highs))."""
-    n = len(spatial)
-    lows = [0] * n if lows is None else lows
-    highs = spatial if highs is None else highs
-    index, where = [], []
-    for i in range(n):
-        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        tap = [(d, taps[i])] if window.kernel[i] > 1 else []
-        pos = affine_text([(s, out_dims[i]), *tap], -p)
-        index.append(pos)
-        highest = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d - p
-        where.append(_within(pos, lows[i], highs[i], -p, highest))
-    return index, where
 
 
 # --- convolutions ------------------------------------------------------------------------------
@@ -140,7 +87,7 @@ def _convolution_sum(
 ) -> list[Statement]:
     """Y[out_dims] = B[m] + Σ_taps X[x_index] · W[w_index] over the taps in `where`, the sum
     shared by Conv and ConvTranspose (float16 accumulates in float32)."""
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     product = binary(
         "mul",
         as_dtype(ctx.load(ctx.node.inputs[0], x_index), acc),
@@ -170,18 +117,18 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     out, window = conv_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
     group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
-    if winograd.applies(ctx, window, group):
-        return winograd.conv(ctx, out, window)
+    if winograd_applies(ctx, window, group):
+        return winograd_conv(ctx, out, window)
     rank = x.rank - 2
-    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    o, k = spatial_dims(rank, "o"), spatial_dims(rank, "k")
     out_dims = ("n", "m", *o)
     per_group_in, per_group_out = w.shape[1], out.shape[1] // group
     channel = _group_channel("m", per_group_out, per_group_in, "c", group)
-    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
+    spatial, bounds = window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
     x_index = ("n", channel, *spatial)
     # a one-tap axis has no tap loop: its weight index is 0
-    wide = [i for i in range(rank) if window.kernel[i] > 1]  # as `_window_taps` decides
+    wide = [i for i in range(rank) if window.kernel[i] > 1]  # as `window_taps` decides
     w_index = ("m", "c", *(k[i] if i in wide else "0" for i in range(rank)))
     taps = (("c", *(k[i] for i in wide)), (per_group_in, *(window.kernel[i] for i in wide)))
     return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
@@ -196,10 +143,10 @@ def _conv_transpose(ctx: LowerContext) -> list[Statement]:
     out, window = conv_transpose_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
     group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
-    if winograd.applies(ctx, window, group):
-        return winograd.conv(ctx, out, window)
+    if winograd_applies(ctx, window, group):
+        return winograd_conv(ctx, out, window)
     rank = x.rank - 2
-    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    o, k = spatial_dims(rank, "o"), spatial_dims(rank, "k")
     out_dims = ("n", "m", *o)
     per_group_in, per_group_out = x.shape[1] // group, w.shape[1]
     channel = _group_channel("m", per_group_out, per_group_in, "c", group)
@@ -217,7 +164,7 @@ def _conv_transpose(ctx: LowerContext) -> list[Statement]:
         highest = window.out[i] - 1 + p
         if s == 1:
             spatial.append(full)
-            where += _within(full, 0, x.shape[2 + i], lowest, highest)
+            where += within(full, 0, x.shape[2 + i], lowest, highest)
         else:
             q = f"{o[i]}_in"
             spatial.append(f"floor(({full})/{s})")
@@ -255,7 +202,7 @@ def _matmul(ctx: LowerContext) -> list[Statement]:
     extents = out.shape[:batch_rank]
     a_index = ["k"] if not rows else [*_batch_index(a.shape[:-2], batch, extents), "i", "k"]
     b_index = ["k"] if not cols else [*_batch_index(b.shape[:-2], batch, extents), "k", "j"]
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     product = binary(
         "mul",
         as_dtype(ctx.load(ctx.node.inputs[0], a_index), acc),
@@ -284,7 +231,7 @@ def _gemm(ctx: LowerContext) -> list[Statement]:
     alpha = float(ctx.attr("alpha", 1.0))  # type: ignore[arg-type]
     beta = float(ctx.attr("beta", 1.0))  # type: ignore[arg-type]
     trans_a, trans_b = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))  # type: ignore[arg-type]
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     if np.dtype(acc).kind in "iu" and not (alpha.is_integer() and beta.is_integer()):
         raise ctx.unsupported(f"non-integer alpha={alpha} / beta={beta} on {out.dtype} operands")
     depth = a.shape[0] if trans_a else a.shape[1]
@@ -345,7 +292,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
 
     out_dims = tuple(axes(spec.output, out.rank))
     reduced = [label for label in sizes if label not in out_dims]
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     product: Expr | None = None
     for term, name, shape in operands:
         index = [
@@ -358,7 +305,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
     target = _accumulator(ctx, out)
     if not reduced:
         name = ctx.statement_name()
-        statements = [_statement(ctx, name, out_dims, out.shape, target, out_dims, product)]
+        statements = [box_statement(ctx, name, out_dims, out.shape, target, out_dims, product)]
     else:
         statements = reduction(
             ctx,
@@ -380,7 +327,7 @@ def _global_pool(ctx: LowerContext, combiner: str) -> list[Statement]:
     """A max / sum reduction of each (n, c) over every spatial position into Y[n, c, 0, ...]
     (the average then divides by the spatial size)."""
     x, out = ctx.input_type(0), ctx.output_type()
-    spatial = _spatial(x.rank - 2, "i")
+    spatial = spatial_dims(x.rank - 2, "i")
     out_dims = ("n", "c")
     out_index = ("n", "c", *("0" for _ in spatial))
     value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
@@ -389,7 +336,7 @@ def _global_pool(ctx: LowerContext, combiner: str) -> list[Statement]:
         return reduction(
             ctx, ctx.node.name, (out_dims, x.shape[:2]), red, ctx.output(), out_index, value, "max"
         )
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     total = ctx.temp("sum", x.shape[:2], acc)
     statements = reduction(
         ctx,
@@ -428,7 +375,7 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
     dims = ctx.dims(x.rank)
     outer = dims[:axis] + dims[axis + 1 :]
     outer_shape = x.shape[:axis] + x.shape[axis + 1 :]
-    stat = _acc_dtype(x.dtype)
+    stat = acc_dtype(x.dtype)
     value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     red = ((dims[axis],), (x.shape[axis],))
     peak = ctx.temp("max", outer_shape, stat)
@@ -455,7 +402,7 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
         result = binary("div", unary("exp", shifted), ctx.load_temp(total, outer))
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
+        box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements
 
@@ -485,7 +432,7 @@ def _moments(
     )
     name = ctx.statement_name(f"{ctx.node.name}_average")
     average = binary("div", ctx.load_temp(total, outer_dims), count)
-    statements.append(_statement(ctx, name, outer_dims, outer_shape, mean[0], mean[1], average))
+    statements.append(box_statement(ctx, name, outer_dims, outer_shape, mean[0], mean[1], average))
     centered = binary("sub", value, ctx.load_temp(mean[0], mean[1]))
     squares = ctx.temp("squares", outer_shape, stat)
     statements += reduction(
@@ -501,7 +448,9 @@ def _moments(
     name = ctx.statement_name(f"{ctx.node.name}_rsqrt")
     variance = binary("div", ctx.load_temp(squares, outer_dims), count)
     inv = unary("recip", unary("sqrt", binary("add", variance, ctx.const(epsilon, stat))))
-    statements.append(_statement(ctx, name, outer_dims, outer_shape, inv_std[0], inv_std[1], inv))
+    statements.append(
+        box_statement(ctx, name, outer_dims, outer_shape, inv_std[0], inv_std[1], inv)
+    )
     return statements
 
 
@@ -553,7 +502,7 @@ def _layer_norm(ctx: LowerContext) -> list[Statement]:
     if ctx.has_input(2):
         result = binary("add", result, ctx.broadcast_load(ctx.node.inputs[2], dims, x.shape))
     name = ctx.statement_name()
-    statements.append(_statement(ctx, name, dims, x.shape, ctx.output(), dims, result))
+    statements.append(box_statement(ctx, name, dims, x.shape, ctx.output(), dims, result))
     return statements
 
 
@@ -563,9 +512,9 @@ def _instance_norm(ctx: LowerContext) -> list[Statement]:
     Y = (X - mean) * inv_std * scale[c] + B[c]."""
     x = ctx.input_type(0)
     epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
-    spatial = _spatial(x.rank - 2, "")
+    spatial = spatial_dims(x.rank - 2, "")
     dims = ("n", "c", *spatial)
-    stat = _acc_dtype(x.dtype)
+    stat = acc_dtype(x.dtype)
     value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     outer = (("n", "c"), x.shape[:2])
     mean = (ctx.temp("mean", x.shape[:2], stat), ("n", "c"))
@@ -581,7 +530,7 @@ def _instance_norm(ctx: LowerContext) -> list[Statement]:
     result = binary("add", binary("mul", normalized, scale), bias)
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
+        box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements
 
@@ -595,13 +544,13 @@ def _lrn(ctx: LowerContext) -> list[Statement]:
     alpha = float(ctx.attr("alpha", 1e-4))  # type: ignore[arg-type]
     beta = float(ctx.attr("beta", 0.75))  # type: ignore[arg-type]
     bias = float(ctx.attr("bias", 1.0))  # type: ignore[arg-type]
-    spatial = _spatial(x.rank - 2, "")
+    spatial = spatial_dims(x.rank - 2, "")
     dims = ("n", "c", *spatial)
-    stat = _acc_dtype(x.dtype)
+    stat = acc_dtype(x.dtype)
     before = (size - 1) // 2
     channel = affine_text([(1, "c"), (1, "t")], -before)
     channels = x.shape[1]
-    where = _within(channel, 0, channels, -before, channels - 1 - before + size - 1)
+    where = within(channel, 0, channels, -before, channels - 1 - before + size - 1)
     tap = as_dtype(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)
     squares = ctx.temp("square_sum", x.shape, stat)
     statements = reduction(
@@ -621,6 +570,6 @@ def _lrn(ctx: LowerContext) -> list[Statement]:
     result = binary("div", value, binary("pow", scaled, c(beta)))
     name = ctx.statement_name()
     statements.append(
-        _statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
+        box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
     )
     return statements

@@ -19,14 +19,17 @@ import numpy as np
 from polytile.frontend.ops.norm import lp_params, mvn_axes, norm_axis, num_groups, stash_dtype
 from polytile.poly.ir.expr import Const, Expr, Iter, binary, identity, select, unary
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower.base import LowerContext, as_dtype, floordiv_text, lowering, reduction
+from polytile.poly.lower.base import (
+    LowerContext,
+    acc_dtype,
+    as_dtype,
+    box_statement,
+    floordiv_text,
+    lowering,
+    reduction,
+)
 
 Box = tuple[Sequence[str], Sequence[int]]
-
-
-def _acc(dtype: str) -> str:
-    """Statistics of ops without a stash type: float32 for float16, else the dtype."""
-    return "float32" if dtype == "float16" else dtype
 
 
 def _elementwise(
@@ -34,7 +37,7 @@ def _elementwise(
 ) -> Statement:
     dims, shape = box
     name = ctx.statement_name(f"{ctx.node.name}_{base}")
-    return Statement(name, tuple(dims), ctx.domain(name, dims, shape), tensor, tuple(index), expr)
+    return box_statement(ctx, name, dims, shape, tensor, index, expr)
 
 
 def _statistics(
@@ -150,7 +153,7 @@ def _lp_norm(ctx: LowerContext) -> list[Statement]:
     norm is 0 (as onnx's reference)."""
     x = ctx.input_type(0)
     axis, p = lp_params(ctx.infer_context())
-    stat = _acc(x.dtype)
+    stat = acc_dtype(x.dtype)
     dims = ctx.dims(x.rank)
     source = tuple("k" if a == axis else d for a, d in enumerate(dims))
     outer_dims = dims[:axis] + dims[axis + 1 :]
@@ -186,7 +189,7 @@ def _mvn(ctx: LowerContext) -> list[Statement]:
     """Y = (x - mean) / (sqrt(variance) + 1e-9) over `axes`."""
     x = ctx.input_type(0)
     axes = mvn_axes(ctx.infer_context())
-    stat = _acc(x.dtype)
+    stat = acc_dtype(x.dtype)
     kept = [a for a in range(x.rank) if a not in axes]
     source = tuple(f"k{a}" if a in axes else f"i{a}" for a in range(x.rank))
     outer = (tuple(f"i{a}" for a in kept), tuple(x.shape[a] for a in kept))

@@ -19,8 +19,16 @@ from polytile.frontend.ops.nn import Window
 from polytile.frontend.ops.pool import pool_window
 from polytile.poly.ir.expr import Const, Expr, Iter, binary, const, identity, select
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
-from polytile.poly.lower.nn import _acc_dtype, _spatial, _statement, _window_taps
+from polytile.poly.lower.base import (
+    LowerContext,
+    acc_dtype,
+    affine_text,
+    as_dtype,
+    box_statement,
+    lowering,
+    reduction,
+)
+from polytile.poly.lower.window import spatial_dims, window_taps
 
 
 def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
@@ -63,7 +71,7 @@ def _padded_input(
     edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
     value = ctx.load(ctx.node.inputs[0], tuple(index))
     return padded, [
-        _statement(ctx, copy, dims, extents, padded, dims, value, inside),
+        box_statement(ctx, copy, dims, extents, padded, dims, value, inside),
         Statement(
             edge,
             dims,
@@ -87,10 +95,10 @@ def _pool(ctx: LowerContext) -> list[Statement]:
     out, window = pool_window(ctx.infer_context())
     x = ctx.input_type(0)
     rank = x.rank - 2
-    o, k = _spatial(rank, "o"), _spatial(rank, "k")
+    o, k = spatial_dims(rank, "o"), spatial_dims(rank, "k")
     out_dims = ("n", "c", *o)
     taps = (k, window.kernel)
-    spatial, bounds = _window_taps(window, x.shape[2:], o, k)
+    spatial, bounds = window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
     value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
     statements: list[Statement] = []
@@ -120,11 +128,11 @@ def _pool(ctx: LowerContext) -> list[Statement]:
         if len(ctx.node.outputs) > 1:
             statements += _max_indices(ctx, window, (out_dims, out.shape), taps)
         return statements
-    acc = _acc_dtype(out.dtype)
+    acc = acc_dtype(out.dtype)
     if ctx.attr("count_include_pad", 0):
         lows = [-window.pads[i] for i in range(rank)]
         highs = [x.shape[2 + i] + window.pads[rank + i] for i in range(rank)]
-        _, count_bounds = _window_taps(window, x.shape[2:], o, k, lows, highs)
+        _, count_bounds = window_taps(window, x.shape[2:], o, k, lows, highs)
     else:
         lows, highs, count_bounds = [0] * rank, list(x.shape[2:]), bounds
     constant, factors = 1, []
@@ -164,7 +172,7 @@ def _pool(ctx: LowerContext) -> list[Statement]:
     assert divisor is not None
     name = ctx.statement_name()
     mean = as_dtype(binary("div", ctx.load_temp(total, out_dims), divisor), out.dtype)
-    statements.append(_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
+    statements.append(box_statement(ctx, name, out_dims, out.shape, ctx.output(), out_dims, mean))
     return statements
 
 
@@ -181,7 +189,7 @@ def _max_indices(
     sizes = x.shape[2:]
     out_dims, out_shape = out
     o, k = out_dims[2:], taps[0]
-    spatial, bounds = _window_taps(window, sizes, o, k)
+    spatial, bounds = window_taps(window, sizes, o, k)
     where = [c for axis in bounds for c in axis]
     value = ctx.load(ctx.node.inputs[0], ("n", "c", *spatial))
     peak = ctx.load(ctx.node.outputs[0], out_dims)
@@ -235,5 +243,5 @@ def _max_indices(
         index = binary("add", index, binary("mul", position, i64(inner)))
         inner *= size
     name = ctx.statement_name(f"{ctx.node.name}_indices")
-    statements.append(_statement(ctx, name, out_dims, out_shape, ctx.output(1), out_dims, index))
+    statements.append(box_statement(ctx, name, out_dims, out_shape, ctx.output(1), out_dims, index))
     return statements

@@ -37,7 +37,14 @@ import numpy as np
 from polytile.frontend.ops.reduce import arg_axis, cumsum_axis, reduced_axes
 from polytile.poly.ir.expr import Const, Expr, Iter, Load, binary, identity, select, unary
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower.base import LowerContext, affine_text, as_dtype, lowering, reduction
+from polytile.poly.lower.base import (
+    LowerContext,
+    acc_dtype,
+    affine_text,
+    as_dtype,
+    lowering,
+    reduction,
+)
 
 
 def _layout(
@@ -119,9 +126,7 @@ def _float_acc(dtype: str) -> str:
 
 @lowering("ReduceSum")
 def _reduce_sum(ctx: LowerContext) -> list[Statement]:
-    dtype = ctx.input_type(0).dtype
-    acc = "float32" if dtype == "float16" else dtype
-    return _reduce(ctx, "sum", acc, prepare=None, finish=None)
+    return _reduce(ctx, "sum", acc_dtype(ctx.input_type(0).dtype), prepare=None, finish=None)
 
 
 @lowering("ReduceMean")
@@ -147,26 +152,21 @@ def _reduce_min(ctx: LowerContext) -> list[Statement]:
     return _reduce(ctx, "min", ctx.input_type(0).dtype, prepare=None, finish=None)
 
 
-def _small_acc(dtype: str) -> str:
-    """Sums and products of float16 accumulate in float32, others in their own dtype."""
-    return "float32" if dtype == "float16" else dtype
-
-
 @lowering("ReduceProd")
 def _reduce_prod(ctx: LowerContext) -> list[Statement]:
-    acc = _small_acc(ctx.input_type(0).dtype)
+    acc = acc_dtype(ctx.input_type(0).dtype)
     return _reduce(ctx, "prod", acc, prepare=None, finish=None)
 
 
 @lowering("ReduceSumSquare")
 def _reduce_sum_square(ctx: LowerContext) -> list[Statement]:
-    acc = _small_acc(ctx.input_type(0).dtype)
+    acc = acc_dtype(ctx.input_type(0).dtype)
     return _reduce(ctx, "sum", acc, prepare=_square, finish=None)
 
 
 @lowering("ReduceL1")
 def _reduce_l1(ctx: LowerContext) -> list[Statement]:
-    acc = _small_acc(ctx.input_type(0).dtype)
+    acc = acc_dtype(ctx.input_type(0).dtype)
     return _reduce(ctx, "sum", acc, prepare=lambda v: unary("abs", v), finish=None)
 
 
@@ -290,7 +290,7 @@ def _cumsum(ctx: LowerContext) -> list[Statement]:
         )
         return tuple(place if a == axis else d for a, d in enumerate(dims))
 
-    acc = _small_acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     direct = acc == x.dtype
     target = ctx.output() if direct else ctx.temp("sum", x.shape, acc)
     source = ctx.node.inputs[0]

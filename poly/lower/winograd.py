@@ -9,17 +9,11 @@ input with 16 products per channel pair instead of 36.
 The 16 input transforms are prologue statements, the batched matrix product is the
 kernel's main reduction (one per transformed point `e`), and the four output pieces are
 its epilogue: they gather all 16 points of `e`, which the default schedule computes
-inside each channel tile (`poly.default_steps.gathered_loops`). onnxruntime's CPU convs are
-direct. Whether the transforms pay depends on the machine: on a 2-vCPU Zen 3 with the
-fused kernel under that plan ResNet-50's 64-channel 3x3 conv at 56x56 took 0.76x and its
-128-channel one at 28x28 0.68x of the direct conv's time (at 14x14 the two were even: the
-weights grow 16/9 and the tiles are few), while on a 2-vCPU Intel AVX-512 host the same
-convs took 1.91x and 1.35x, and only 512 channels at 28x28 gained (0.85x). A short tune
-there did not close the gap: alone, the Winograd kernels' default schedules took 1.17
-and 0.87 ms against the tuned direct convs' 0.66 ms each, and the best of 14 candidates
-sampled beside them 1.19 and 0.84 ms (the others up to 29 ms). Their trials are slow:
-each of these 24-statement kernels takes about 2 s to build, mostly legality checks of
-fused loops. `compile` asks for 32 vectors of channels (`polytile.compiler.lower_config`).
+inside each channel tile (`poly.default.steps.gathered_loops`). onnxruntime's CPU convs
+are direct. Whether the transforms pay depends on the machine and the image size (the
+weights grow 16/9 and small images give few tiles), hence `MIN_PIXELS` and
+`LowerConfig.winograd`; the measured ratios are in benchmarks/results/conv-*.md.
+`compile` asks for 32 vectors of channels (`polytile.compiler.lower_config`).
 """
 
 from __future__ import annotations
@@ -37,8 +31,8 @@ B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.f
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
-#: the smallest output (in pixels) worth the transforms: at 28x28 the fused kernel took
-#: 0.68x the direct conv's time, at 14x14 0.99x (see the module docstring)
+#: the smallest output (in pixels) worth the transforms: below it the tiles are too few
+#: to pay for the larger weights (benchmarks/results/conv-*.md)
 MIN_PIXELS = 28 * 28
 
 
