@@ -18,6 +18,11 @@ those accumulators in registers (`codegen.promote`): loaded before it, stored af
 (as rows and a transpose in registers when their lanes lie rows apart), with partial
 sums when they are too few, and asking for the next parallel iteration's weights ahead.
 
+Each function (the kernel's and each outlined parallel body) has one `_Emitter` for
+its loops, calls and integer expressions, which owns an `Accumulators` and a
+`Prefetcher`; they share the kernel's `KernelState` and emit through the `Emitter`
+interface (`codegen.emission`).
+
 Floating point follows the expressions exactly; only `contract` (FMA) is allowed, and a
 promoted float sum with too few accumulators to hide the FMA latency is reassociated
 into partial sums (`partial_sums`). Integer division by zero yields 0 instead of
@@ -27,12 +32,11 @@ trapping.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llvmlite import ir
 
 from polytile.errors import CodegenError
-from polytile.poly.analysis.strides import lane_strides
 from polytile.poly.ast.build import (
     AstExpr,
     AstNode,
@@ -47,18 +51,17 @@ from polytile.poly.ast.build import (
     build_ast,
 )
 from polytile.poly.ast.quasi import flat_index
-from polytile.poly.ir.expr import walk
-from polytile.poly.ir.kernel import Kernel, Statement
+from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule
-from polytile.poly.transform.contract import Private, private_temporaries
+from polytile.poly.transform.contract import private_temporaries
 
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
+from .emission import MAX_UNROLL, KernelState, plus
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
+from .prefetch import Prefetcher
 from .promote import Accumulators, Promotion
-from .values import Instance, Lanes, address_texts
+from .values import Instance, Lanes
 
-#: unroll marks on loops with more iterations than this stay loops
-MAX_UNROLL = 64
 #: environment entries that carry a private temporary's offset shift into outlined code
 SHIFT = "%shift:"
 #: the environment entry of the thread running the enclosing parallel loop's iteration
@@ -83,77 +86,58 @@ def emit_kernel(
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
     ast = ast if ast is not None else build_ast(schedule)
-    shared = _Shared()
+    state = KernelState(schedule, mc.target)
     for private in private_temporaries(schedule, ast):
         # fewer slices than threads would leave threads idle: keep the full storage
         if private.slots < mc.target.num_threads:
             continue
-        shared.private.setdefault(private.loop, []).append(private)
-        shared.layout[private.tensor] = private.shape
+        state.private.setdefault(private.loop, []).append(private)
+        state.layout[private.tensor] = private.shape
         for loop in (*private.outer, private.loop):
             if schedule.loop(loop).annotation == "parallel":
-                shared.slots[loop] = min(shared.slots.get(loop, private.slots), private.slots)
+                state.slots[loop] = min(state.slots.get(loop, private.slots), private.slots)
     ptrs = dict(zip(params, fn.args, strict=True))
-    emitter = _Emitter(mc, schedule, fn, ptrs, name, False, shared)
+    emitter = _Emitter(mc, state, fn, ptrs, name)
     emitter.node(ast, {})
     emitter.b.ret_void()
     return KernelFunction(name, params)
 
 
-@dataclass
-class _Shared:
-    """What the emitters of one kernel (the function and its outlined bodies) share."""
+class _Emitter:
+    """The code of one function: its loops, statement calls and integer expressions,
+    with the register accumulators and prefetches of its reductions delegated to its
+    `Accumulators` and `Prefetcher` (which emit through it: `codegen.emission.Emitter`)."""
 
-    strides: dict[tuple[str, str], dict[str, int | None] | None] = field(default_factory=dict)
-    #: loop → the temporaries stored in one slice per thread inside each iteration
-    private: dict[str, list[Private]] = field(default_factory=dict)
-    #: tensor → the shape its offsets are computed in: a private temporary's slice box
-    layout: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    #: parallel loop → the fewest slices of the private temporaries in or below it
-    slots: dict[str, int] = field(default_factory=dict)
-    #: (statement, loop, address) → the address's stride along the loop
-    along: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
-    #: (init statement, reduction loop) → whether the init fills the loop's accumulators
-    fills: dict[tuple[str, str], bool] = field(default_factory=dict)
-
-
-class _Emitter(Accumulators):
     def __init__(
         self,
         mc: ModuleContext,
-        schedule: Schedule,
+        state: KernelState,
         fn: ir.Function,
         ptrs: Mapping[str, ir.Value],
         base: str,
         in_parallel: bool = False,
-        shared: _Shared | None = None,
+        shift: Mapping[str, ir.Value] | None = None,
     ) -> None:
         self.mc = mc
-        self.schedule = schedule
-        self.kernel: Kernel = schedule.kernel
+        self.state = state
+        self.kernel: Kernel = state.kernel
         self.fn = fn
         self.ptrs = dict(ptrs)
         self.base = base
         self.in_parallel = in_parallel
-        self.shared = shared or _Shared()
-        self.promotion: Promotion | None = None
         #: the loops being emitted, outermost first (inside an outlined parallel body:
-        #: those inside the parallel loop), and the parallel loop's iterator and name
+        #: those inside the parallel loop)
         self.enclosing: list[For] = []
-        self.parallel: tuple[str, str, int] | None = None
-        #: inside a parallel loop's iteration: the prefetch window's start and the cells
-        #: of the iteration's next and end line (`window_step`), and whether it holds
-        #: the next iteration's weight panel
-        self.prefetch: tuple[ir.Value, ir.Value, ir.Value] | None = None
-        self.panel = False
         #: tensor → elements added to its offsets (a private temporary's slice)
-        self.shift: dict[str, ir.Value] = {}
+        self.shift: dict[str, ir.Value] = dict(shift or {})
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
+        self.prefetcher = Prefetcher(self, state)
+        self.accumulators = Accumulators(self, state, self.prefetcher)
 
     def shape(self, tensor: str) -> tuple[int, ...]:
         """The shape the tensor's offsets are computed in (a private temporary's box)."""
-        return self.shared.layout.get(tensor) or self.kernel.tensors[tensor].shape
+        return self.state.shape(tensor)
 
     # --- loop structure ---------------------------------------------------------------
     def node(self, node: AstNode, env: Env) -> None:
@@ -195,33 +179,42 @@ class _Emitter(Accumulators):
             return
         if node.annotation == "unroll" and self.unrolled_loop(node, env):
             return
-        promotion = self.promotable(node) if self.promotion is None else None
+        acc = self.accumulators
+        promotion = acc.promotable(node) if acc.active is None else None
         if promotion is None:
             self.serial_loop(node, env, self.int(node.init, env), node.cond, 1, self.body_of(node))
             return
         self.promoted_loop(node, env, promotion)
 
-    def _expanded(self, node: For) -> bool:
-        """Whether codegen emits the loop as straight-line copies with constant values."""
-        if not isinstance(node.init, Int) or node.inc != Int(1):
-            return False
-        bound = upper(node)
-        limit = exact(bound) if bound is not None else None
-        if limit is None:
-            return False
-        trips = limit - node.init.value
-        if node.annotation == "unroll":
-            return 0 < trips <= MAX_UNROLL
-        if node.annotation == "vector":
-            lanes = self.vector_lanes(node)
-            return lanes is not None and trips % lanes == 0 and trips // lanes <= MAX_UNROLL
-        return False
+    def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
+        """The loop with its accumulators in registers (`Accumulators`), split into
+        partial sums where it keeps them, each step asking for a line of the enclosing
+        parallel iteration's prefetch window."""
+        acc = self.accumulators
+        parts = acc.enter(node, promotion)
+        inner = self.body_of(node)
+
+        def body(scope: Env) -> None:
+            self.prefetcher.window_step()
+            inner(scope)
+
+        try:
+            start = self.int(node.init, env)
+            if parts > 1:
+                start = self.serial_loop(
+                    node, env, start, node.cond, parts, acc.split(node, parts, body)
+                )
+                promotion.part = 0
+            self.serial_loop(node, env, start, node.cond, 1, body)
+        finally:
+            acc.leave()
+        acc.finish(promotion)
 
     def body_of(self, node: For) -> Callable[[Env], None]:
         """The loop body; in a loop with private temporaries, their offsets move to the
         slice of the thread running the enclosing parallel loop (or 0) for each
         iteration."""
-        privates = self.shared.private.get(node.loop, [])
+        privates = self.state.private.get(node.loop, [])
         if not privates:
             return lambda env: self.loop_body(node.body, env)
 
@@ -247,7 +240,7 @@ class _Emitter(Accumulators):
             return
         i = 0
         while i < len(body.items):
-            promotion = self.fused_init(body.items, i)
+            promotion = self.accumulators.fused_init(body.items, i)
             self.node(body.items[i], env)
             i += 1
             if promotion is None:
@@ -361,11 +354,11 @@ class _Emitter(Accumulators):
         loaded = [ob.load(field_ptr(i), typ=t) for i, t in enumerate(fields)]
         ob.call(body_fn, loaded)
         ob.ret_void()
-        inner = _Emitter(self.mc, self.schedule, body_fn, {}, self.base, True, self.shared)
         args = list(body_fn.args)
-        inner.ptrs = dict(zip(self.ptrs, args[: len(self.ptrs)], strict=True))
+        ptrs = dict(zip(self.ptrs, args[: len(self.ptrs)], strict=True))
         scope = dict(zip(names, args[len(self.ptrs) :], strict=True))
-        inner.shift = {n.removeprefix(SHIFT): v for n, v in scope.items() if n.startswith(SHIFT)}
+        shift = {n.removeprefix(SHIFT): v for n, v in scope.items() if n.startswith(SHIFT)}
+        inner = _Emitter(self.mc, self.state, body_fn, ptrs, self.base, True, shift)
         inner.chunks(node, scope, bound)
         inner.b.ret_void()
         self.mc.run_parallel(b, outlined, ctx)
@@ -375,10 +368,8 @@ class _Emitter(Accumulators):
         """Static shares: thread t of n runs iterations [t·N/n, (t+1)·N/n), so each
         thread meets the same part of the data in every run (where consecutive kernels
         split alike, the part it wrote itself) and none waits on a shared counter. The
-        price: a thread the machine delays holds the others at the join. Guided chunks
-        from a shared counter, which balance that, made the tuned ResNet-50 3-4% slower
-        in the 2-vCPU host's slow state (two-thread speed-up 1.6-1.7 instead of 1.9:
-        1.09 against 1.045-1.056x onnxruntime, same turns) and tied in its fast state."""
+        price: a thread the machine delays holds the others at the join; guided chunks
+        from a shared counter, which balance that, were slower on the tuned models."""
         b = self.b
         lo = self.int(node.init, env)
         hi = self.int(bound, env)
@@ -390,7 +381,7 @@ class _Emitter(Accumulators):
         threads = b.sext(b.call(self.mc.function("omp_get_num_threads", I32, []), []), I64)
         run = b.append_basic_block(f"{node.var}.run")
         done = b.append_basic_block(f"{node.var}.all")
-        slots = self.shared.slots.get(node.loop)
+        slots = self.state.slots.get(node.loop)
         if slots is not None:
             # only threads with a slice of every private temporary take iterations
             threads = _smin(b, threads, ir.Constant(I64, slots))
@@ -403,41 +394,22 @@ class _Emitter(Accumulators):
         start = b.add(lo, b.mul(first, ir.Constant(I64, inc)))
         stop = b.add(lo, b.mul(last, ir.Constant(I64, inc)))
         chunk_cond = Op("lt", (Var(node.var), Var(STOP)))
-        body = self.window_body(node, lo, count, stop, self.body_of(node))
+        body = self.prefetcher.parallel_body(node, lo, count, stop, self.body_of(node))
         scope = {**env, STOP: stop, THREAD: thread}
-        self.parallel = (node.var, node.loop, inc)
         self.serial_loop(node, scope, start, chunk_cond, 1, body)
         b.branch(done)
         b.position_at_end(done)
 
     # --- vector loops -----------------------------------------------------------------
-    def vector_lanes(self, node: For) -> int | None:
-        """Lanes of a vector loop: one register of the narrowest type, fewer when the
-        loop is shorter; None when it cannot run as vectors."""
-        calls = calls_of(node.body)
-        if calls is None or node.inc != Int(1):
-            return None
-        dtypes = set()
-        for call in calls:
-            stmt = self.kernel.statement[call.stmt]
-            dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
-            dtypes.update(e.dtype for e in walk(stmt.expr))
-        lanes = min(self.mc.target.lanes(d) for d in dtypes)
-        bound = upper(node)
-        limit = constant_bound(bound) if bound is not None else None
-        if limit is not None and isinstance(node.init, Int):
-            trips = limit - node.init.value
-            lanes = min(lanes, 1 << max(trips, 1).bit_length() - 1)
-        return lanes if lanes >= 2 else None
-
     def vector_loop(self, node: For, env: Env) -> bool:
-        lanes = self.vector_lanes(node)
+        lanes = self.state.vector_lanes(node)
         calls = calls_of(node.body)
         if lanes is None or calls is None:
             return False
         loop = node.loop
         plans = {
-            call.stmt: self.vector_plan(self.kernel.statement[call.stmt], loop) for call in calls
+            call.stmt: self.state.vector_plan(self.kernel.statement[call.stmt], loop)
+            for call in calls
         }
 
         def vector_body(scope: Env) -> None:
@@ -445,12 +417,12 @@ class _Emitter(Accumulators):
                 plan = plans[call.stmt]
                 if plan is None:
                     for lane in range(lanes):
-                        lane_scope = {**scope, node.var: self._plus(scope[node.var], lane)}
+                        lane_scope = {**scope, node.var: plus(self.b, scope[node.var], lane)}
                         self.call(call, lane_scope)
                 else:
                     self.call(call, scope, Lanes(lanes, plan))
 
-        if self._expanded(node):
+        if self.state.expanded(node):
             # constant trip count, a multiple of the lanes: straight-line vectors
             assert isinstance(node.init, Int)
             bound = upper(node)
@@ -463,32 +435,9 @@ class _Emitter(Accumulators):
         self.serial_loop(node, env, end, node.cond, 1, self.body_of(node))
         return True
 
-    def vector_plan(self, stmt: Statement, loop: str) -> dict[str, int | None] | None:
-        """Lane strides of every address and dimension the statement uses, or None when
-        it must run lane by lane."""
-        key = (stmt.name, loop)
-        if key in self.shared.strides:
-            return self.shared.strides[key]
-        plan: dict[str, int | None] | None = None
-        texts = address_texts(stmt.expr, self.shape)
-        if texts is not None and loop:
-            texts.append(flat_index(self.shape(stmt.tensor), stmt.index))
-            found = lane_strides(self.schedule, stmt.name, loop, {t: t for t in texts})
-            if all(v is not None for v in found.values()):
-                plan = found
-        self.shared.strides[key] = plan
-        return plan
-
-    def _plus(self, value: ir.Value, n: int) -> ir.Value:
-        """value + n, folded when value is a constant (promoted accumulators of expanded
-        loops are keyed by their iterators' constant values)."""
-        if isinstance(value, ir.Constant) and isinstance(value.constant, int):
-            return ir.Constant(I64, value.constant + n)
-        return value if n == 0 else self.b.add(value, ir.Constant(I64, n), flags=["nsw"])
-
     # --- statements -------------------------------------------------------------------
     def call(self, node: Call, env: Env, lanes: Lanes | None = None) -> None:
-        if self.promoted_call(node, env, lanes):
+        if self.accumulators.call(node, env, lanes):
             return
         stmt = self.kernel.statement[node.stmt]
         dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}

@@ -1,18 +1,21 @@
-"""Software prefetches of a kernel's emitter, each where measured to pay (a prefetch
-never changes a value; past a tensor's end it neither faults nor fetches):
+"""Software prefetches of a kernel function, owned by its `Prefetcher` (a prefetch never
+changes a value; past a tensor's end it neither faults nor fetches). Each is used only
+where it pays on the targets that enable it (figures in `benchmarks/results/`):
 
 - `prefetch_next`: a reduction run at most `PREFETCH_TILES` times per parallel
   iteration asks, per load of a constant panel, for the same line of the next
   iteration's panel.
 - `prefetch_ahead` (`Target.input_ahead`): a reduction reading a vector from a new row
   of a computed tensor each step asks for the row some steps on.
-- the window (`window_body`, `window_step`): each parallel iteration holds a range of
+- the window (`parallel_body`, `window_step`): each parallel iteration holds a range of
   lines, asked for one per step of its register-tile reductions. On targets that fetch
   weights across calls (`Target.prefetch_weights`) the range is the iteration's share of
   the next kernel's largest constant; on targets with `Target.panel_ahead` it is the next
   iteration's weight panel of a stencil reduction (`next_panel`).
 
-Mixed into the kernel emitter through `codegen.promote.Accumulators`."""
+The register accumulators (`codegen.promote`) ask for the per-load prefetches of each
+reduction step (`reduction_step`); the loop emitter (`codegen.kernel`) opens the window
+of each parallel iteration and steps it along promoted reductions."""
 
 from __future__ import annotations
 
@@ -23,15 +26,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from polytile.poly.analysis.strides import lane_strides
 from polytile.poly.ast.build import Call, For
 from polytile.poly.ast.quasi import flat_index
 from polytile.poly.ir.expr import Load, walk
-from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
-from polytile.poly.ir.schedule import Schedule
+from polytile.poly.ir.kernel import Role, Statement, mentions
 
 from .ast_facts import called, constant_trips
-from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext, memory_type
+from .emission import Emitter, KernelState
+from .llvm_types import I32, I64, PTR, STOP, Env, memory_type
 from .values import Instance, Lanes
 
 if TYPE_CHECKING:
@@ -45,20 +47,38 @@ LINE_BYTES = 64
 MIN_PANEL_BYTES = 4096
 
 
-class Prefetches:
-    """The emitter's prefetches (`codegen.kernel._Emitter` mixes this in)."""
+class Prefetcher:
+    """The prefetch decisions and requests of one function being emitted: constructed
+    with the function (`em`, through which it emits) and the kernel's shared state, it
+    holds the enclosing parallel loop and the window of the iteration being emitted."""
 
-    b: ir.IRBuilder
-    mc: ModuleContext
-    kernel: Kernel
-    schedule: Schedule
-    ptrs: dict[str, ir.Value]
-    enclosing: list[For]
-    parallel: tuple[str, str, int] | None
-    prefetch: tuple[ir.Value, ir.Value, ir.Value] | None
-    #: whether the window holds the next parallel iteration's weight panel
-    panel: bool
-    shift: dict[str, ir.Value]
+    def __init__(self, em: Emitter, state: KernelState) -> None:
+        self.em = em
+        self.state = state
+        self.kernel = state.kernel
+        self.target = state.target
+        #: the enclosing parallel loop's iterator, schedule loop and step
+        self.parallel: tuple[str, str, int] | None = None
+        #: inside a parallel loop's iteration: the prefetch window's start and the cells
+        #: of the iteration's next and end line (`window_step`)
+        self.window: tuple[ir.Value, ir.Value, ir.Value] | None = None
+        #: whether the window holds the next parallel iteration's weight panel
+        self.panel = False
+
+    def parallel_body(
+        self,
+        node: For,
+        lo: ir.Value,
+        count: ir.Value,
+        stop: ir.Value,
+        inner: Callable[[Env], None],
+    ) -> Callable[[Env], None]:
+        """The body of the parallel loop `node`'s iteration: `inner`, after the iteration
+        takes its range of the prefetch window (none without a window). The reductions
+        below then prefetch for the loop's next iteration."""
+        body = self.window_body(node, lo, count, stop, inner)
+        self.parallel = (node.var, node.loop, node.inc.value)  # type: ignore[union-attr]
+        return body
 
     def window_body(
         self,
@@ -68,12 +88,11 @@ class Prefetches:
         stop: ir.Value,
         inner: Callable[[Env], None],
     ) -> Callable[[Env], None]:
-        """The body of a parallel loop's iteration: `inner`, after the iteration takes
-        its range of the prefetch window (none without a window)."""
-        b = self.b
+        """`inner`, after the iteration takes its range of the prefetch window."""
+        b = self.em.b
         inc = node.inc.value  # type: ignore[union-attr]
-        if self.mc.target.prefetch_weights:
-            window = self.mc.prefetch_window()
+        if self.target.prefetch_weights:
+            window = self.em.mc.prefetch_window()
             at = b.load(window[0], typ=PTR)
             lines = b.load(window[1], typ=I64)
 
@@ -84,11 +103,11 @@ class Prefetches:
                 return first, b.sdiv(b.mul(b.add(index, ir.Constant(I64, 1)), lines), count)
 
         else:
-            panel = self.next_panel(node) if self.mc.target.panel_ahead else None
+            panel = self.next_panel(node) if self.target.panel_ahead else None
             if panel is None:
                 return inner
             tensor, nbytes = panel
-            at = self.ptrs[tensor]
+            at = self.em.ptrs[tensor]
             self.panel = True
 
             def share(scope: Env) -> tuple[ir.Value, ir.Value]:
@@ -106,7 +125,7 @@ class Prefetches:
         with b.goto_entry_block():
             cursor = b.alloca(I64, name="prefetch.next")
             limit = b.alloca(I64, name="prefetch.end")
-        self.prefetch = (at, cursor, limit)
+        self.window = (at, cursor, limit)
 
         def body(scope: Env) -> None:
             first, end = share(scope)
@@ -123,11 +142,9 @@ class Prefetches:
         (tensor, panel bytes); the largest if several. Such a reduction's border tiles
         read only part of the panel (the top row skips the kernel's first row), so the
         panel comes from memory in pieces the hardware does not stream, unlike a 1x1
-        conv's, read in order (there a window lost, ResNet-50's layer-3 and layer-4 1x1
-        convs 4-20% slower a call). None where the kernel's activations and two panels
-        pass L2: streaming its activations from memory, a kernel needs its fill buffers
-        for them (VGG-19's 3x3 conv over 56x56 pixels, 3.2 MB in and out: 11.5 ->
-        13.1 ms a call with a window)."""
+        conv's, read in order (there a window costs more than it saves). None where the
+        kernel's activations and two panels pass L2: streaming its activations from
+        memory, a kernel needs its fill buffers for them (`benchmarks/results/`)."""
         trips = constant_trips(node)
         if trips is None:
             return None
@@ -148,14 +165,14 @@ class Prefetches:
                 used = " ".join(str(i) for i in e.index)
                 if sum(1 for d in stmt.reduction_dims if mentions(used, d)) < 2:
                     continue
-                text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
-                stride = self.stride_along(stmt, node.loop, text)
+                text = flat_index(self.state.shape(e.tensor), e.index)  # type: ignore[arg-type]
+                stride = self.state.stride_along(stmt, node.loop, text)
                 if not stride or stride < 0 or stride * trips != math.prod(tensor.shape):
                     continue  # no panel of its own, or panels that do not tile it
                 nbytes = stride * np.dtype(e.dtype).itemsize
-                if not MIN_PANEL_BYTES <= nbytes <= self.mc.target.prefetch_panel:
+                if not MIN_PANEL_BYTES <= nbytes <= self.target.prefetch_panel:
                     continue
-                if activations + 2 * nbytes > self.mc.target.l2_bytes:
+                if activations + 2 * nbytes > self.target.l2_bytes:
                     continue
                 if best is None or nbytes > best[1]:
                     best = (e.tensor, nbytes)
@@ -164,18 +181,37 @@ class Prefetches:
     def window_step(self) -> None:
         """One line of the enclosing parallel iteration's range of the window, while lines
         are left (branch-free: past its share an iteration asks for the line after it, which
-        a prefetch may, and an empty window for its start, a valid line)."""
-        assert self.prefetch is not None
-        b = self.b
-        at, cursor, limit = self.prefetch
+        a prefetch may, and an empty window for its start, a valid line); nothing outside
+        a window."""
+        if self.window is None:
+            return
+        b = self.em.b
+        at, cursor, limit = self.window
         line = b.load(cursor, typ=I64)
         end = b.load(limit, typ=I64)
         left = b.icmp_signed("<", line, end)
         ptr = b.gep(at, [b.mul(line, ir.Constant(I64, LINE_BYTES))], source_etype=ir.IntType(8))
-        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        fn = self.em.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         # a read, to the outer caches (locality 1), of data
         b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 1), ir.Constant(I32, 1)])
         b.store(b.add(line, b.zext(left, I64)), cursor)
+
+    def fetches_next(self) -> bool:
+        """Whether the reduction loop being entered asks, per load, for the next parallel
+        iteration's constants (`prefetch_next`): where it runs few times per iteration
+        and no window already fetches the next iteration's panel along its steps."""
+        return self.streams_per_iteration() and not self.panel
+
+    def reduction_step(
+        self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
+    ) -> None:
+        """The prefetches of one promoted reduction call: the next parallel iteration's
+        constants (`prefetch_next`) and the rows `Target.input_ahead` steps on
+        (`prefetch_ahead`), where each applies."""
+        if promotion.prefetch:
+            self.prefetch_next(promotion, stmt, node, env, lanes)
+        if self.target.input_ahead and promotion.loop is not None:
+            self.prefetch_ahead(promotion, stmt, node, env, lanes)
 
     def streams_per_iteration(self) -> bool:
         """Whether the reduction loop being entered runs at most `PREFETCH_TILES` times
@@ -186,7 +222,7 @@ class Prefetches:
         if self.parallel is None:
             return False
         runs = 1
-        for loop in self.enclosing[:-1]:
+        for loop in self.em.enclosing[:-1]:
             trips = constant_trips(loop)
             if trips is None:
                 return False
@@ -199,9 +235,8 @@ class Prefetches:
         """Ask for the constants the next iteration of the enclosing parallel loop will
         read, into L2, while this one computes: otherwise the first tile of each channel
         block reads its weight panel from memory while the block's other tiles leave
-        memory idle (ResNet-50's 512→2048 1×1 convs: 17% faster a call in the model).
-        One request per cache line, from the first of the unrolled copies that read the
-        same line."""
+        memory idle. One request per cache line, from the first of the unrolled copies
+        that read the same line."""
         assert self.parallel is not None
         var, loop, step = self.parallel
         if var not in env or STOP not in env:
@@ -209,12 +244,12 @@ class Prefetches:
         for e in walk(stmt.expr):
             if not isinstance(e, Load) or self.kernel.tensors[e.tensor].role is not Role.CONSTANT:
                 continue
-            text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
+            text = flat_index(self.state.shape(e.tensor), e.index)  # type: ignore[arg-type]
             size = np.dtype(e.dtype).itemsize
             contiguous = lanes is not None and lanes.strides.get(text) == 1
             count = lanes.count if contiguous and lanes is not None else 1
-            panel = self.stride_along(stmt, loop, text)
-            largest = self.mc.target.prefetch_panel
+            panel = self.state.stride_along(stmt, loop, text)
+            largest = self.target.prefetch_panel
             if not panel or count * size < LINE_BYTES or abs(panel) * size > largest:
                 # the same panel for every iteration, a line read over several iterations
                 # (asked for again each time), or a panel L2 would not hold twice
@@ -223,11 +258,11 @@ class Prefetches:
                 continue
             # the next iteration of this thread's chunk (past its end, another thread's
             # iteration: this one's own lines instead, which are cached already)
-            after = self.b.add(env[var], ir.Constant(I64, step))
-            inside = self.b.icmp_signed("<", after, env[STOP])
-            ahead = {**env, var: self.b.select(inside, after, env[var])}
-            dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
-            offset = Instance(self, stmt, dims, lanes).offset(text)
+            after = self.em.b.add(env[var], ir.Constant(I64, step))
+            inside = self.em.b.icmp_signed("<", after, env[STOP])
+            ahead = {**env, var: self.em.b.select(inside, after, env[var])}
+            dims = {d: self.em.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
+            offset = Instance(self.em, stmt, dims, lanes).offset(text)
             # kept in L2 (locality 2)
             self.prefetch_lines(e.tensor, e.dtype, offset, count * size, 2)
 
@@ -238,7 +273,7 @@ class Prefetches:
         repeated = [
             v
             for v, key_loop in zip(promotion.key_vars, promotion.key_loops, strict=True)
-            if self.stride_along(stmt, key_loop, text) == 0
+            if self.state.stride_along(stmt, key_loop, text) == 0
         ]
         first = promotion.first_key
         return all(first.setdefault(v, env[v].constant) == env[v].constant for v in repeated)
@@ -249,15 +284,15 @@ class Prefetches:
         """A read prefetch of each line of `nbytes` from the element at `offset` (of a
         private temporary: in the running thread's slice, as its loads are)."""
         size = np.dtype(dtype).itemsize
-        shift = self.shift.get(tensor)
+        shift = self.em.shift.get(tensor)
         if shift is not None:
-            offset = self.b.add(offset, shift)
-        fn = self.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+            offset = self.em.b.add(offset, shift)
+        fn = self.em.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         for line in range(0, nbytes, LINE_BYTES):
-            at = self.b.add(offset, ir.Constant(I64, line // size))
-            ptr = self.b.gep(self.ptrs[tensor], [at], source_etype=memory_type(dtype))
+            at = self.em.b.add(offset, ir.Constant(I64, line // size))
+            ptr = self.em.b.gep(self.em.ptrs[tensor], [at], source_etype=memory_type(dtype))
             # a read (0), of data (1)
-            self.b.call(
+            self.em.b.call(
                 fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)]
             )
 
@@ -267,8 +302,8 @@ class Prefetches:
         """Ask for the lines a reduction step `Target.input_ahead` steps on reads of
         a computed tensor, into L1, where each step reads a vector from a new row: the
         hardware's streams follow lines in order, not rows apart, and in a model such
-        an input is seldom all in the core's L2 (ResNet-50's 1x1 convs over pixel
-        vectors: 10% faster a call in the model). Constants are left to
+        an input is seldom all in the core's L2 (a 1x1 conv over pixel vectors).
+        Constants are left to
         `prefetch_next`, broadcasts (a 3x3 conv over channel vectors reads a scalar a
         step) are not worth an instruction each. Past the tensor's end a prefetch is
         harmless (no fault, no effect)."""
@@ -279,26 +314,18 @@ class Prefetches:
         for e in walk(stmt.expr):
             if not isinstance(e, Load) or self.kernel.tensors[e.tensor].role is Role.CONSTANT:
                 continue
-            text = flat_index(self.shape(e.tensor), e.index)  # type: ignore[arg-type]
+            text = flat_index(self.state.shape(e.tensor), e.index)  # type: ignore[arg-type]
             if lanes.strides.get(text) != 1:
                 continue  # a broadcast or gathered lanes
             size = np.dtype(e.dtype).itemsize
-            stride = self.stride_along(stmt, loop, text)
+            stride = self.state.stride_along(stmt, loop, text)
             if not stride or abs(stride) * size < LINE_BYTES:
                 continue
             if not self.first_copy(promotion, stmt, env, text):
                 continue
-            later = self.b.add(env[var], ir.Constant(I64, step * self.mc.target.input_ahead))
+            later = self.em.b.add(env[var], ir.Constant(I64, step * self.target.input_ahead))
             ahead = {**env, var: later}
-            dims = {d: self.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
-            offset = Instance(self, stmt, dims, lanes).offset(text)
+            dims = {d: self.em.int(a, ahead) for d, a in zip(stmt.dims, node.args, strict=True)}
+            offset = Instance(self.em, stmt, dims, lanes).offset(text)
             # into L1 (locality 3)
             self.prefetch_lines(e.tensor, e.dtype, offset, lanes.count * size, 3)
-
-    def stride_along(self, stmt: Statement, loop: str, text: str) -> int | None:
-        """The stride of an address along a loop (cached: isl works it out)."""
-        key = (stmt.name, loop, text)
-        if key not in self.shared.along:
-            found = lane_strides(self.schedule, stmt.name, loop, {text: text})[text]
-            self.shared.along[key] = found
-        return self.shared.along[key]

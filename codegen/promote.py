@@ -6,7 +6,12 @@ in registers (`row_groups`); a float sum with too few accumulators to hide the F
 latency keeps partial sums (`partial_sums`); the reduction's steps carry the
 prefetches of `codegen.prefetch`; a reduction whose init nest, right before it, fills
 exactly its accumulators starts them from the init's values instead of loading back what
-the nest stored (`fused_init`). Mixed into the kernel emitter."""
+the nest stored (`fused_init`).
+
+`Accumulators` owns these decisions and the promoted loops' state; the loop emitter
+(`codegen.kernel`) runs the loops and asks it to open a promoted loop (`enter`), split
+its steps into partial sums (`split`), emit the promoted calls (`call`) and write the
+accumulators back (`finish`)."""
 
 from __future__ import annotations
 
@@ -19,7 +24,6 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.errors import CodegenError
-from polytile.poly.analysis.tile_init import init_fills_tile
 from polytile.poly.ast.build import AstNode, Block, Call, For, Int, Mark
 from polytile.poly.ast.quasi import flat_index
 from polytile.poly.ir.expr import Load, walk
@@ -33,8 +37,9 @@ from .ast_facts import (
     upper,
     vars_of,
 )
+from .emission import Emitter, KernelState, plus
 from .llvm_types import Env, kind, memory_type
-from .prefetch import Prefetches
+from .prefetch import Prefetcher
 from .transpose import columns_to_rows, rows_to_columns
 from .values import Instance, Lanes, address_texts
 
@@ -45,11 +50,9 @@ IN_FLIGHT = 8
 VECTOR_BYTES = 64
 MAX_PARTS = 4
 MIN_SPLIT_TRIPS = 16
-#: the most accumulator registers a tile started from its init's values takes. In
-#: ResNet-50, tiles of 7-16 gained (its stem conv: 0.64 → 0.61 ms a call in the model,
-#: 0.89 → 0.76 ms when the host slows a vCPU), while the 28 of its layer-3 3×3 conv
-#: left more spills in its loop (the register allocator chose differently) and took
-#: 15% longer in the model when the host slowed a vCPU
+#: the most accumulator registers a tile started from its init's values takes: small
+#: tiles gain from skipping the reload, while larger ones (28 registers) left more spills
+#: in their loop, the register allocator choosing differently
 FUSED_INIT_REGISTERS = 24
 
 
@@ -89,41 +92,41 @@ class Promotion:
     loop: tuple[str, str, int] | None = None
 
 
-class Accumulators(Prefetches):
-    """The emitter's register accumulators (`codegen.kernel._Emitter` mixes this in)."""
+class Accumulators:
+    """The register accumulators of one function being emitted: constructed with the
+    function (`em`, through which it emits), the kernel's shared state and the
+    function's prefetcher (which asks for lines along each promoted reduction step), it
+    holds the promotion of the reduction loop being emitted."""
 
-    promotion: Promotion | None
+    def __init__(self, em: Emitter, state: KernelState, prefetcher: Prefetcher) -> None:
+        self.em = em
+        self.state = state
+        self.kernel = state.kernel
+        self.prefetcher = prefetcher
+        #: the promoted loop being emitted (calls of its statement use its slots)
+        self.active: Promotion | None = None
 
-    def promoted_loop(self, node: For, env: Env, promotion: Promotion) -> None:
-        """The loop with its accumulators in registers (and partial sums)."""
-        # a parallel iteration fetching the next one's panel along its steps needs no
-        # request per load as well
-        promotion.prefetch = self.streams_per_iteration() and not self.panel
+    def enter(self, node: For, promotion: Promotion) -> int:
+        """Open the promoted loop `node` at the builder's position: a block before it
+        where the accumulators are loaded (`open_slot`); returns how many partial sums
+        its steps are split into (`partial_sums`)."""
+        promotion.prefetch = self.prefetcher.fetches_next()
         if isinstance(node.inc, Int):
             promotion.loop = (node.var, node.loop, node.inc.value)
-        pre = self.b.append_basic_block(f"{node.var}.acc")
-        self.b.branch(pre)
-        self.b.position_at_end(pre)
+        b = self.em.b
+        pre = b.append_basic_block(f"{node.var}.acc")
+        b.branch(pre)
+        b.position_at_end(pre)
         promotion.pre = pre
-        self.promotion = promotion
-        parts = self.partial_sums(node, promotion)
-        inner = self.body_of(node)
+        self.active = promotion
+        return self.partial_sums(node, promotion)
 
-        def body(scope: Env) -> None:
-            if self.prefetch is not None:
-                self.window_step()
-            inner(scope)
+    def leave(self) -> None:
+        """The promoted loop's code is emitted (or failed): calls no longer use slots."""
+        self.active = None
 
-        try:
-            start = self.int(node.init, env)
-            if parts > 1:
-                start = self.serial_loop(
-                    node, env, start, node.cond, parts, self.split(node, parts, body)
-                )
-                promotion.part = 0
-            self.serial_loop(node, env, start, node.cond, 1, body)
-        finally:
-            self.promotion = None
+    def finish(self, promotion: Promotion) -> None:
+        """After the promoted loop: its partial sums joined, its accumulators stored."""
         self.join_parts(promotion)
         self.write_back(promotion)
 
@@ -132,9 +135,8 @@ class Accumulators(Prefetches):
         accumulators than an FMA unit has in flight (latency × issue width, 8 on current
         x86 cores), each iteration waits for the previous one's result, so the loop is
         split `parts` ways into separate accumulators summed at the end (the sum is
-        reassociated, like any blocked reduction). ResNet-50's classifier GEMV (two
-        vector accumulators): 168 → 148 µs with caches flushed; the 1-pixel tail tile of
-        its layer-4 1×1 conv gained nothing measurable."""
+        reassociated, like any blocked reduction), as in a GEMV with two vector
+        accumulators."""
         stmt = self.kernel.statement[promotion.stmt]
         dtype = self.kernel.tensors[stmt.tensor].dtype
         bound = upper(node)
@@ -153,13 +155,13 @@ class Accumulators(Prefetches):
 
     def split(self, node: For, parts: int, body: Callable[[Env], None]) -> Callable[[Env], None]:
         """The body of `parts` consecutive iterations, each into its own partial sums."""
-        promotion = self.promotion
+        promotion = self.active
         assert promotion is not None
 
         def run(env: Env) -> None:
             for part in range(parts):
                 promotion.part = part
-                body({**env, node.var: self._plus(env[node.var], part)})
+                body({**env, node.var: plus(self.em.b, env[node.var], part)})
 
         return run
 
@@ -168,10 +170,10 @@ class Accumulators(Prefetches):
         for key in [k for k in promotion.slots if k[-1] > 0]:
             slot = promotion.slots.pop(key)
             first = promotion.slots[(*key[:-1], 0)]
-            total = self.b.fadd(
-                self.b.load(first.cell, typ=first.type), self.b.load(slot.cell, typ=slot.type)
+            total = self.em.b.fadd(
+                self.em.b.load(first.cell, typ=first.type), self.em.b.load(slot.cell, typ=slot.type)
             )
-            self.b.store(total, first.cell)
+            self.em.b.store(total, first.cell)
 
     # --- accumulators in registers ------------------------------------------------------
     def fused_init(self, items: Sequence[AstNode], i: int) -> Promotion | None:
@@ -181,7 +183,7 @@ class Accumulators(Prefetches):
         iteration of the loops around (`poly.tile_init`): a conv's bias goes straight
         into its register tile, not loaded back as rows and a transpose. The nest still
         runs, so memory sees the same stores as before; only the reload is gone."""
-        if self.promotion is not None or i + 1 >= len(items):
+        if self.active is not None or i + 1 >= len(items):
             return None
         nest, loop = items[i], items[i + 1]
         if not isinstance(loop, For) or loop.annotation:
@@ -204,18 +206,15 @@ class Accumulators(Prefetches):
             return None
         if promotion.registers > FUSED_INIT_REGISTERS:
             return None
-        texts = address_texts(init.expr, self.shape)
+        texts = address_texts(init.expr, self.state.shape)
         if texts is None:
             return None
         for vector in {f.loop for f in fors(loop) if f.annotation == "vector"}:
-            strides = {t: self.stride_along(main, vector, t) for t in texts}
+            strides = {t: self.state.stride_along(main, vector, t) for t in texts}
             if any(v is None for v in strides.values()):
                 return None
             promotion.initial_strides[vector] = strides
-        key = (init.name, loop.loop)
-        if key not in self.shared.fills:
-            self.shared.fills[key] = init_fills_tile(self.schedule, init.name, main.name, loop.loop)
-        if not self.shared.fills[key]:
+        if not self.state.init_fills(init.name, main.name, loop.loop):
             return None
         promotion.initial = init.name
         return promotion
@@ -279,7 +278,7 @@ class Accumulators(Prefetches):
             return self._collect(node.body, calls, inner, loops)
         if isinstance(node, For):
             # full and partial tiles are sibling loops of one name: expanded only if all are
-            inner[node.var] = inner.get(node.var, True) and self._expanded(node)
+            inner[node.var] = inner.get(node.var, True) and self.state.expanded(node)
             loops[node.var] = node.loop
             return self._collect(node.body, calls, inner, loops)
         return False
@@ -290,19 +289,21 @@ class Accumulators(Prefetches):
         values: dict[str, int] = {}
         widths: dict[str, int] = {}
         for loop in fors(node):
-            if not self._expanded(loop):
+            if not self.state.expanded(loop):
                 continue
             assert isinstance(loop.init, Int)
             limit = exact(upper(loop))  # type: ignore[arg-type]
             trips = limit - loop.init.value  # type: ignore[operator]
-            lanes = self.vector_lanes(loop) if loop.annotation == "vector" else None
+            lanes = self.state.vector_lanes(loop) if loop.annotation == "vector" else None
             values[loop.var] = max(values.get(loop.var, 1), trips // (lanes or 1))
             if lanes:
                 widths[loop.var] = lanes
         return values, widths
 
-    def promoted_call(self, node: Call, env: Env, lanes: Lanes | None) -> bool:
-        promotion = self.promotion
+    def call(self, node: Call, env: Env, lanes: Lanes | None) -> bool:
+        """Emit a call of the active promoted loop's statement into its accumulator's
+        slot (opened on first use); False for any other call."""
+        promotion = self.active
         if promotion is None or node.stmt != promotion.stmt:
             return False
         stmt = self.kernel.statement[node.stmt]
@@ -319,17 +320,14 @@ class Accumulators(Prefetches):
         if slot is None:
             slot = self.open_slot(promotion, stmt, node, env, lanes)
             promotion.slots[key] = slot
-        inst = Instance(self, stmt, {}, lanes)
-        dims = {d: self.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
+        inst = Instance(self.em, stmt, {}, lanes)
+        dims = {d: self.em.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
         inst.dims = dims
         value = inst.value(stmt.expr)
-        if promotion.prefetch:
-            self.prefetch_next(promotion, stmt, node, env, lanes)
-        if self.mc.target.input_ahead and promotion.loop is not None:
-            self.prefetch_ahead(promotion, stmt, node, env, lanes)
-        old = self.b.load(slot.cell, typ=slot.type)
+        self.prefetcher.reduction_step(promotion, stmt, node, env, lanes)
+        old = self.em.b.load(slot.cell, typ=slot.type)
         value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]
-        self.b.store(inst.splat(value), slot.cell)
+        self.em.b.store(inst.splat(value), slot.cell)
         return True
 
     def open_slot(
@@ -338,21 +336,21 @@ class Accumulators(Prefetches):
         """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
         it a register)."""
         t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(self.shape(t.name), stmt.index)
+        text = flat_index(self.state.shape(t.name), stmt.index)
         assert promotion.pre is not None
-        with self.b.goto_block(promotion.pre):
+        with self.em.b.goto_block(promotion.pre):
             dims = {
-                d: self.int(a, env)
+                d: self.em.int(a, env)
                 for d, a in zip(stmt.dims, node.args, strict=True)
                 if d in promotion.write_dims
             }
-            inst = Instance(self, stmt, dims, lanes)
+            inst = Instance(self.em, stmt, dims, lanes)
             if promotion.part == 0 and promotion.initial is not None:
                 init = self.kernel.statement[promotion.initial]
                 if lanes is not None:
-                    extra = promotion.initial_strides[self.enclosing[-1].loop]
+                    extra = promotion.initial_strides[self.em.enclosing[-1].loop]
                     both = Lanes(lanes.count, {**lanes.strides, **extra})
-                    inst = Instance(self, stmt, dims, both)
+                    inst = Instance(self.em, stmt, dims, both)
                 value = inst.splat(inst.value(init.expr))
             elif promotion.part == 0:
                 value = inst.splat(inst.load(t.name, t.dtype, text))
@@ -360,10 +358,10 @@ class Accumulators(Prefetches):
                 mem = memory_type(t.dtype)
                 value = ir.Constant(ir.VectorType(mem, lanes.count) if lanes else mem, 0.0)
         # (goto_block restores the position at the end of a block: no nesting)
-        with self.b.goto_entry_block():
-            cell = self.b.alloca(value.type)
-        with self.b.goto_block(promotion.pre):
-            self.b.store(value, cell)
+        with self.em.b.goto_entry_block():
+            cell = self.em.b.alloca(value.type)
+        with self.em.b.goto_block(promotion.pre):
+            self.em.b.store(value, cell)
         return Slot(cell, value.type, dims, lanes)
 
     def write_back(self, promotion: Promotion) -> None:
@@ -371,27 +369,27 @@ class Accumulators(Prefetches):
         apart (`row_groups`) was loaded as rows and is stored as rows."""
         stmt = self.kernel.statement[promotion.stmt]
         t = self.kernel.tensors[stmt.tensor]
-        text = flat_index(self.shape(t.name), stmt.index)
+        text = flat_index(self.state.shape(t.name), stmt.index)
         groups = self.row_groups(promotion, text)
         for group in groups:
             # rows as wide as the group needs: a power of two, at most the lanes
             width = 1 << (len(group) - 1).bit_length()
             if promotion.initial is None:  # (started from the init: nothing to load)
-                with self.b.goto_block(promotion.pre):
-                    first = Instance(self, stmt, group[0].dims, group[0].lanes)
+                with self.em.b.goto_block(promotion.pre):
+                    first = Instance(self.em, stmt, group[0].dims, group[0].lanes)
                     rows = first.load_rows(t.name, t.dtype, text, len(group), width)
-                    for slot, column in zip(group, rows_to_columns(self.b, rows), strict=False):
-                        self.b.store(column, slot.cell)
-            first = Instance(self, stmt, group[0].dims, group[0].lanes)
-            columns = [self.b.load(slot.cell, typ=slot.type) for slot in group]
-            rows = columns_to_rows(self.b, columns, width)
+                    for slot, column in zip(group, rows_to_columns(self.em.b, rows), strict=False):
+                        self.em.b.store(column, slot.cell)
+            first = Instance(self.em, stmt, group[0].dims, group[0].lanes)
+            columns = [self.em.b.load(slot.cell, typ=slot.type) for slot in group]
+            rows = columns_to_rows(self.em.b, columns, width)
             first.store_rows(t.name, t.dtype, text, rows, len(group))
         grouped = {id(slot) for group in groups for slot in group}
         for slot in promotion.slots.values():
             if id(slot) in grouped:
                 continue
-            inst = Instance(self, stmt, slot.dims, slot.lanes)
-            inst.store(t.name, t.dtype, text, self.b.load(slot.cell, typ=slot.type))
+            inst = Instance(self.em, stmt, slot.dims, slot.lanes)
+            inst.store(t.name, t.dtype, text, self.em.b.load(slot.cell, typ=slot.type))
 
     def row_groups(self, promotion: Promotion, text: str) -> list[list[Slot]]:
         """Runs of vector accumulators one element apart along an unrolled loop whose
@@ -402,7 +400,7 @@ class Accumulators(Prefetches):
         if kind(self.kernel.tensors[stmt.tensor].dtype) == "b":
             return []
         for axis, loop in enumerate(promotion.key_loops):
-            if self.stride_along(stmt, loop, text) != 1:
+            if self.state.stride_along(stmt, loop, text) != 1:
                 continue
             runs: dict[tuple, list[tuple[int, Slot]]] = {}
             for key, slot in promotion.slots.items():
