@@ -1,6 +1,18 @@
 """Supported ONNX ops. Importing this package registers every op family."""
 
-from . import attention, elementwise, indexing, layout, nn, norm, pool, reduce, resize, tensor  # noqa: F401  (each registers its ops)
+from . import (  # noqa: F401  (each registers its ops)
+    attention,
+    elementwise,
+    indexing,
+    layout,
+    matmul,
+    nn,
+    norm,
+    pool,
+    reduce,
+    resize,
+    tensor,
+)
 from .base import (
     OPS,
     InferContext,

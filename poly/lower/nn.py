@@ -23,11 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from polytile.frontend.graph import TensorType
-from polytile.frontend.ops.nn import (
-    conv_transpose_window,
-    conv_window,
-    einsum_spec,
-)
+from polytile.frontend.ops.matmul import einsum_spec
+from polytile.frontend.ops.nn import conv_transpose_window, conv_window
 from polytile.poly.ir.expr import Cast, Expr, binary, unary
 from polytile.poly.ir.kernel import Statement
 from polytile.poly.lower.base import (

@@ -1,6 +1,6 @@
-"""Op families nn and reduce: old opset versions are canonicalized to the same meaning,
-window shapes agree with onnx.shape_inference and onnxruntime, numpy folding agrees with
-onnx's reference evaluator, and bad inputs raise errors that name the node."""
+"""Op families nn, matmul and reduce: old opset versions are canonicalized to the same
+meaning, window shapes agree with onnx.shape_inference and onnxruntime, and numpy folding
+agrees with onnx's reference evaluator (errors: test_ops_errors.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from polytile.errors import ShapeError, UnsupportedOpError
 from polytile.frontend.graph import Graph, Node, TensorType
 from polytile.frontend.importer import import_model
 from polytile.frontend.onnx_io import attribute_value, dtype_to_onnx, export_model
 from polytile.frontend.ops import OPS, InferContext
+
+from graphs import run_ort
 
 F32 = np.float32
 
@@ -51,14 +51,6 @@ def make_model(
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = max(helper.find_min_ir_version_for(opsets), 7)
     return model
-
-
-def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options)
-    return session.run(None, feeds)
 
 
 def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -513,6 +505,15 @@ def test_normalizations_and_lrn() -> None:
     assert [n.outputs for n in graph.nodes][2] == ("n",)
 
 
+def test_layer_norm_statistics_outputs() -> None:
+    """Mean and InvStdDev are float32, X's shape with the normalized axes kept as 1."""
+    inputs = {"x": np.zeros((2, 3, 4), F32), "s": np.zeros((3, 4), F32)}
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean", "inv"], axis=1)
+    graph = import_model(make_model([node], inputs, ["y", "mean", "inv"], 17))
+    assert graph.types["mean"].shape == (2, 1, 1) and graph.types["mean"].dtype == "float32"
+    assert graph.types["inv"].shape == (2, 1, 1)
+
+
 # --- Gemm, MatMul, Einsum ------------------------------------------------------------------------
 
 
@@ -640,158 +641,3 @@ def test_numpy_evaluate_matches_reference(op: str, shapes: list, attrs: dict) ->
     assert got.shape == out_type.shape == want.shape
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-# --- (3) errors name the node --------------------------------------------------------------------
-
-
-def _one_node(
-    op: str,
-    inputs: dict[str, tuple[int, ...]],
-    attrs: dict | None = None,
-    outputs: Sequence[str] = ("y",),
-    opset: int = 17,
-    initializers: dict[str, np.ndarray] | None = None,
-) -> onnx.ModelProto:
-    feeds = {k: np.zeros(v, dtype=F32) for k, v in inputs.items()}
-    names = list(inputs) + list(initializers or {})
-    node = helper.make_node(op, names, list(outputs), name="bad", **(attrs or {}))
-    live = [o for o in outputs if o]
-    return make_model([node], feeds, live, opset, initializers)
-
-
-BAD = [
-    ("Conv", {"x": (1, 3, 8, 8), "w": (4, 2, 3, 3)}, {}, ShapeError, "channels"),
-    ("Conv", {"x": (1, 4, 8, 8), "w": (3, 2, 3, 3)}, {"group": 2}, ShapeError, "group"),
-    ("Conv", {"x": (1, 3, 8, 8), "w": (4, 3, 3)}, {}, ShapeError, "rank"),
-    (
-        "Conv",
-        {"x": (1, 3, 8, 8), "w": (4, 3, 3, 3)},
-        {"kernel_shape": [2, 2]},
-        ShapeError,
-        "kernel_shape",
-    ),
-    ("Conv", {"x": (1, 3, 2, 2), "w": (4, 3, 3, 3)}, {}, ShapeError, "larger than"),
-    ("Conv", {"x": (1, 3, 8, 8), "w": (4, 3, 3, 3)}, {"strides": [1]}, ShapeError, "strides"),
-    ("Conv", {"x": (1, 3, 8, 8), "w": (4, 3, 3, 3)}, {"auto_pad": "SAME"}, ShapeError, "auto_pad"),
-    ("Conv", {"x": (1, 3, 8, 8), "w": (4, 3, 3, 3), "b": (3,)}, {}, ShapeError, "B has"),
-    ("ConvTranspose", {"x": (1, 3, 8, 8), "w": (4, 2, 3, 3)}, {}, ShapeError, "channels"),
-    ("MaxPool", {"x": (1, 3, 8, 8)}, {"kernel_shape": [2]}, ShapeError, "kernel_shape"),
-    ("Einsum", {"a": (2, 3, 4), "b": (4, 5)}, {"equation": "...ij,...jk"}, ShapeError, "ellipsis"),
-    (
-        "AveragePool",
-        {"x": (1, 3, 8, 8)},
-        {"kernel_shape": [3, 3], "pads": [1, 1]},
-        ShapeError,
-        "pads",
-    ),
-    ("Gemm", {"a": (3, 4), "b": (5, 6)}, {}, ShapeError, "inner dimensions"),
-    ("Gemm", {"a": (3, 4), "b": (4, 6), "c": (4,)}, {}, ShapeError, "broadcast"),
-    ("Gemm", {"a": (3, 4, 1), "b": (4, 6)}, {}, ShapeError, "2-D"),
-    ("MatMul", {"a": (2, 3, 4), "b": (5, 6)}, {}, ShapeError, "inner dimensions"),
-    ("MatMul", {"a": (2, 3, 4), "b": (3, 4, 6)}, {}, ShapeError, "do not broadcast"),
-    ("Einsum", {"a": (3, 4), "b": (5, 6)}, {"equation": "ij,jk->ik"}, ShapeError, "label 'j'"),
-    ("Einsum", {"a": (3, 4)}, {"equation": "ijk->ik"}, ShapeError, "does not match"),
-    ("Einsum", {"a": (3, 4)}, {"equation": "ij->iz"}, ShapeError, "'z'"),
-    ("Einsum", {"a": (3, 4)}, {"equation": "ij,jk->ik"}, ShapeError, "operand"),
-    ("Softmax", {"x": (3, 4)}, {"axis": 2}, ShapeError, "axis"),
-    ("ReduceSum", {"x": (3, 4)}, {"axes": [2]}, ShapeError, "out of range"),
-    ("ReduceMean", {"x": (3, 4)}, {"axes": [1, -1]}, ShapeError, "more than once"),
-    ("ArgMax", {"x": (3, 4)}, {"axis": -3}, ShapeError, "axis"),
-    ("InstanceNormalization", {"x": (1, 3, 4, 4), "s": (4,), "b": (3,)}, {}, ShapeError, "scale"),
-    ("LayerNormalization", {"x": (2, 3, 4), "s": (5,)}, {}, ShapeError, "Scale"),
-    (
-        "BatchNormalization",
-        {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (2,), "v": (3,)},
-        {},
-        ShapeError,
-        "input_mean",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("op", "inputs", "attrs", "error", "text"), BAD, ids=[f"{b[0]}-{b[4]}" for b in BAD]
-)
-def test_bad_inputs_name_the_node(
-    op: str, inputs: dict, attrs: dict, error: type[Exception], text: str
-) -> None:
-    opset = 11 if op in ("ReduceSum", "ReduceMean") else 17
-    with pytest.raises(error) as info:
-        import_model(_one_node(op, inputs, attrs, opset=opset))
-    message = str(info.value)
-    assert f"node 'bad' ({op})" in message
-    assert text in message
-
-
-UNSUPPORTED = [
-    (
-        "BatchNormalization",
-        {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (3,), "v": (3,)},
-        {},
-        ("y", "mean", "var"),
-        15,
-        "training",
-    ),
-    (
-        "BatchNormalization",
-        {"x": (2, 3, 4), "s": (3,), "b": (3,), "m": (3,), "v": (3,)},
-        {},
-        ("y", "", "", "saved_mean", ""),
-        9,
-        "training",
-    ),
-    (
-        "BatchNormalization",
-        {"x": (2, 3, 4), "s": (3, 4), "b": (3, 4), "m": (3, 4), "v": (3, 4)},
-        {"spatial": 0},
-        ("y",),
-        7,
-        "spatial=0",
-    ),
-    (
-        "LayerNormalization",
-        {"x": (2, 3, 4), "s": (4,)},
-        {"stash_type": 16},
-        ("y",),
-        17,
-        "stash_type",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("op", "inputs", "attrs", "outputs", "opset", "text"),
-    UNSUPPORTED,
-    ids=[f"{u[0]}-{u[5]}" for u in UNSUPPORTED],
-)
-def test_unsupported_variants_name_the_node(
-    op: str, inputs: dict, attrs: dict, outputs: tuple[str, ...], opset: int, text: str
-) -> None:
-    with pytest.raises(UnsupportedOpError) as info:
-        import_model(_one_node(op, inputs, attrs, outputs, opset))
-    assert f"node 'bad' ({op})" in str(info.value)
-    assert text in str(info.value)
-    assert info.value.unsupported[0][:2] == ("bad", op)
-
-
-def test_unsupported_dtype_names_the_node() -> None:
-    x = np.zeros((2, 3), dtype=np.int32)
-    m = make_model(
-        [helper.make_node("Softmax", ["x"], ["y"], name="bad")],
-        {"x": x},
-        {"y": TensorProto.INT32},
-        13,
-    )
-    with pytest.raises(UnsupportedOpError, match=r"node 'bad' \(Softmax\).*int32"):
-        import_model(m)
-
-
-def test_layer_norm_statistics_outputs() -> None:
-    """Mean and InvStdDev are float32, X's shape with the normalized axes kept as 1."""
-    model = _one_node(
-        "LayerNormalization", {"x": (2, 3, 4), "s": (3, 4)}, {"axis": 1}, ("y", "mean", "inv"), 17
-    )
-    graph = import_model(model)
-    assert graph.types["mean"].shape == (2, 1, 1) and graph.types["mean"].dtype == "float32"
-    assert graph.types["inv"].shape == (2, 1, 1)
