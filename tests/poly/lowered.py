@@ -4,7 +4,7 @@ program-order reference executor: the differential harness for lowering."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -12,13 +12,20 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from polytile.frontend import Graph, partition
+from polytile.frontend import Graph, import_model, optimize, partition
+from polytile.poly.ir.kernel import Kernel
 from polytile.poly.lower import lower
 from polytile.poly.oracle.reference import run_program_order
 
 
-def run_lowered(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Graph outputs computed by lowering every fused group and executing the kernels."""
+def run_lowered(
+    graph: Graph,
+    feeds: dict[str, np.ndarray],
+    execute: Callable[[Kernel, dict[str, np.ndarray]], dict[str, np.ndarray]] = run_program_order,
+    inspect: Callable[[Kernel], None] | None = None,
+) -> list[np.ndarray]:
+    """Graph outputs computed by lowering every fused group and executing the kernels
+    (`execute`: the program-order reference by default); `inspect` sees each kernel."""
     parts = partition(graph)
     env = dict(feeds)
     env.update(graph.constants)
@@ -27,16 +34,42 @@ def run_lowered(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
             env[view] = env[source].reshape(graph.types[view].shape)
     for group in parts.groups:
         kernel = lower(graph, group)
+        if inspect is not None:
+            inspect(kernel)
         inputs = {}
         for t in kernel.inputs():
             inputs[t.name] = np.asarray(env[t.source], dtype=t.dtype).reshape(t.shape)
-        buffers = run_program_order(kernel, inputs)
+        buffers = execute(kernel, inputs)
         for t in kernel.outputs():
             env[t.source] = buffers[t.name]
         for view, source in graph.aliases.items():
             if source in env and view not in env:
                 env[view] = env[source].reshape(graph.types[view].shape)
     return [np.asarray(env[name]) for name in graph.outputs]
+
+
+def check_lowered(
+    m: onnx.ModelProto,
+    inputs: dict[str, tuple[Shape, str]],
+    oracle: str,
+    rtol: float,
+    atol: float,
+    feeds: dict[str, np.ndarray],
+    execute: Callable[[Kernel, dict[str, np.ndarray]], dict[str, np.ndarray]] = run_program_order,
+    inspect: Callable[[Kernel], None] | None = None,
+) -> list[Kernel]:
+    """The lowered kernels of `m` reproduce the oracle (shape, dtype, then values);
+    returns the kernels."""
+    kernels: list[Kernel] = []
+
+    def seen(kernel: Kernel) -> None:
+        kernels.append(kernel)
+        if inspect is not None:
+            inspect(kernel)
+
+    got = run_lowered(optimize(import_model(m)), feeds, execute, seen)
+    assert_outputs_match(got, reference(m, feeds, oracle), rtol, atol)
+    return kernels
 
 
 Shape = Sequence[int]

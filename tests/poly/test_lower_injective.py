@@ -19,17 +19,16 @@ import pytest
 from onnx import helper
 
 from polytile.explain import explain
-from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.importer import import_model as import_raw
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.buffers import allocate
 from polytile.poly.ir.expr import Const, Load, loads
 from polytile.poly.ir.kernel import Kernel, Role
-from polytile.poly.lower import lower, lower_group
+from polytile.poly.lower import lower_group
 from polytile.poly.oracle.reference import affine, evaluate, execute_statement, points
 
-from lowered import Shape, assert_outputs_match, feeds_for, make, reference
+from lowered import Shape, check_lowered, feeds_for, make
 
 F32 = "float32"
 
@@ -82,33 +81,11 @@ def execute_checked(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, 
     return buffers
 
 
-def run_checked(
-    graph: Graph, feeds: dict[str, np.ndarray]
-) -> tuple[list[np.ndarray], list[Kernel]]:
-    """tests/poly/lowered.run_lowered with checked execution; also returns the kernels."""
-    env = dict(feeds)
-    env.update(graph.constants)
-    kernels = []
-    for view, source in graph.aliases.items():
-        if source in env:
-            env[view] = env[source].reshape(graph.types[view].shape)
-    for group in partition(graph).groups:
-        kernel = lower(graph, group)
-        kernels.append(kernel)
-        assert_affine_in_bounds(kernel)
-        kernel.dependences  # noqa: B018  (computes)
-        explain(default_schedule(kernel))
-        inputs = {
-            t.name: np.asarray(env[t.source], dtype=t.dtype).reshape(t.shape)
-            for t in kernel.inputs()
-        }
-        buffers = execute_checked(kernel, inputs)
-        for t in kernel.outputs():
-            env[t.source] = buffers[t.name]
-        for view, source in graph.aliases.items():
-            if source in env and view not in env:
-                env[view] = env[source].reshape(graph.types[view].shape)
-    return [np.asarray(env[name]) for name in graph.outputs], kernels
+def inspect_kernel(kernel: Kernel) -> None:
+    """A lowered kernel stays in bounds, has dependences and a default schedule."""
+    assert_affine_in_bounds(kernel)
+    kernel.dependences  # noqa: B018  (computes)
+    explain(default_schedule(kernel))
 
 
 def check(
@@ -120,13 +97,9 @@ def check(
     seed: int = 0,
     feeds: dict[str, np.ndarray] | None = None,
 ) -> list[Kernel]:
-    """The lowered kernels reproduce the oracle (shape, dtype, then values)."""
+    """The lowered kernels, executed with every access checked, reproduce the oracle."""
     feeds = feeds_for(inputs, seed) if feeds is None else feeds
-    graph = optimize(import_model(m))
-    got, kernels = run_checked(graph, feeds)
-    want = reference(m, feeds, oracle)
-    assert_outputs_match(got, want, rtol, atol)
-    return kernels
+    return check_lowered(m, inputs, oracle, rtol, atol, feeds, execute_checked, inspect_kernel)
 
 
 def ints(*values: int) -> np.ndarray:

@@ -12,13 +12,13 @@ import onnx
 import pytest
 from onnx import helper
 
-from polytile.frontend import import_model, optimize, partition
+from polytile.frontend import import_model, optimize
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.kernel import Kernel
-from polytile.poly.lower import LOWERINGS, lower
+from polytile.poly.lower import LOWERINGS
 
-from lowered import Shape, assert_outputs_match, feeds_for, reference, run_lowered
+from lowered import Shape, check_lowered, feeds_for, reference, run_lowered
 from lowered import make as _make
 
 
@@ -47,14 +47,7 @@ def check(
 ) -> list[Kernel]:
     """The lowered kernels reproduce the oracle; returns the kernels."""
     feeds = feeds_for(inputs, seed)
-    graph = optimize(import_model(m))
-    kernels = [lower(graph, group) for group in partition(graph).groups]
-    for kernel in kernels:
-        assert_in_bounds(kernel)
-    got = run_lowered(graph, feeds)
-    want = reference(m, feeds, oracle)
-    assert_outputs_match(got, want, rtol, atol)
-    return kernels
+    return check_lowered(m, inputs, oracle, rtol, atol, feeds, inspect=assert_in_bounds)
 
 
 F32 = "float32"

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_lower_injective import _resize, check, statements_of
+from test_lower_injective import COORDINATES, _resize, check, statements_of
 
 from polytile.poly.lower.resize import _Axis, antialias_taps
-
-COORDINATES = [
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-]
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])

@@ -74,7 +74,15 @@ def draw_step(data: st.DataObject, schedule: Schedule) -> Schedule:
     )
 
 
-def check_random_trace(data: st.DataObject, kernel: Kernel, inputs: dict, want: dict) -> None:
+def check_random_trace(
+    data: st.DataObject, kernel: Kernel, inputs: dict | None = None, want: dict | None = None
+) -> None:
+    """A random trace on `kernel` gives the outputs of its program order (`want`), on
+    `inputs` (by default seeded random ones)."""
+    if inputs is None:
+        inputs = random_inputs(kernel)
+    if want is None:
+        want = run_program_order(kernel, inputs)
     schedule = initial_schedule(kernel)
     for _ in range(data.draw(st.integers(1, 6))):
         try:
@@ -163,9 +171,7 @@ SETTINGS = settings(
 @SETTINGS
 @given(data=st.data())
 def test_random_traces_on_hand_kernels(name: str, data: st.DataObject) -> None:
-    kernel = HAND[name]
-    inputs = random_inputs(kernel)
-    check_random_trace(data, kernel, inputs, run_program_order(kernel, inputs))
+    check_random_trace(data, HAND[name])
 
 
 ONNX = onnx_kernels()
@@ -175,6 +181,4 @@ ONNX = onnx_kernels()
 @SETTINGS
 @given(data=st.data())
 def test_random_traces_on_lowered_onnx_kernels(name: str, data: st.DataObject) -> None:
-    kernel = ONNX[name]
-    inputs = random_inputs(kernel)
-    check_random_trace(data, kernel, inputs, run_program_order(kernel, inputs))
+    check_random_trace(data, ONNX[name])
