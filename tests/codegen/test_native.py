@@ -4,86 +4,24 @@ reference's outputs (shape and dtype first, then values)."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from polytile.codegen.native import NativeKernel, build_part
-from polytile.codegen.target import Target, host
+from polytile.codegen.native import NativeKernel
+from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule
 from polytile.poly.default.schedule import DefaultConfig, default_schedule, main_statement
 from polytile.poly.default.steps import padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
-from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.buffers import BUFFER_ALIGN
+from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule
-from polytile.poly.oracle.reference import BUFFER_ALIGN, run_program_order
 from polytile.poly.transform import steps as T
-from polytile.poly.transform.contract import private_temporaries
 
-
-def avx512_ir(
-    schedule: Schedule,
-    prefetch_weights: bool = True,
-    prefetch_panel: int = 1 << 16,
-    input_ahead: int = 0,
-    panel_ahead: bool = False,
-    l2_bytes: int = 1 << 20,
-) -> str:
-    """The LLVM IR of `schedule` for a CPU with AVX-512 (16 float lanes a register),
-    whatever the host: the tests that read IR count registers of that width. (Their
-    values are checked with the host's own code.)"""
-    target = Target(
-        "skylake-avx512",
-        "",
-        host().triple,
-        512,
-        num_threads=2,
-        prefetch_weights=prefetch_weights,
-        prefetch_panel=prefetch_panel,
-        input_ahead=input_ahead,
-        panel_ahead=panel_ahead,
-        l2_bytes=l2_bytes,
-    )
-    return build_part(schedule, target)[0]
-
-
-def inputs_for(k: Kernel, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    found = {}
-    for t in k.tensors.values():
-        if t.role is not Role.INPUT:
-            continue
-        kind = np.dtype(t.dtype).kind
-        if kind == "f":
-            found[t.name] = (rng.standard_normal(t.shape) * 2).astype(t.dtype)
-        elif kind == "b":
-            found[t.name] = rng.integers(0, 2, t.shape).astype(bool)
-        else:
-            found[t.name] = rng.integers(-5, 6, t.shape).astype(t.dtype)
-    if k.name == "gather":
-        found["I"] = np.array([5, 0, 3, 3], dtype=np.int64)
-    return found
-
-
-def check(schedule: Schedule, inputs: dict[str, np.ndarray], rtol: float = 1e-5) -> None:
-    k = schedule.kernel
-    want = run_program_order(k, inputs)
-    got = NativeKernel(schedule)(inputs)
-    for t in k.outputs():
-        assert got[t.name].shape == want[t.name].shape
-        assert got[t.name].dtype == want[t.name].dtype
-        np.testing.assert_allclose(
-            got[t.name],
-            want[t.name],
-            rtol=rtol,
-            atol=rtol,
-            err_msg=f"{k.name}: {schedule.trace_json()}",
-        )
+from natives import avx512_ir, check, inputs_for
 
 
 def node(op: str, inputs: list[str], **attrs: object) -> object:
@@ -567,192 +505,3 @@ def test_a_reduction_with_few_accumulators_keeps_partial_sums(dtype: str, depth:
     schedule = T.replay(peak, [{"kind": kind, "args": args} for kind, args in steps])
     assert avx512_ir(schedule).count(f"alloca <{lanes} x") == 1
     check(schedule, inputs_for(peak))
-
-
-@pytest.mark.parametrize("window", [True, False])
-@pytest.mark.parametrize(
-    ("depth", "pack", "parallel", "panel", "fetched"),
-    [
-        (64, False, True, 1 << 16, True),
-        (64, True, True, 1 << 16, True),
-        (1100, True, True, 1 << 16, False),
-        (1100, True, True, 1 << 17, True),
-        (64, False, False, 1 << 16, False),
-    ],
-)
-def test_the_next_parallel_iterations_weights_are_fetched_ahead(
-    depth: int, pack: bool, parallel: bool, panel: int, fetched: bool, window: bool
-) -> None:
-    """A register tile reduction that reads a block of constant weights per iteration of
-    the parallel loop asks for the next iteration's lines (into L2) while it computes;
-    a panel above the target's `prefetch_panel` (1100 × 16 floats packed, 70 KB, against
-    64 KB; not against 128 KB) and a serial loop nest are not prefetched. On a target
-    that prefetches weights, every parallel one also asks for a line of the prefetch
-    window (the model's next kernel's weights, locality 1) per reduction step; outside a
-    model the window is empty (a line of its own). Values match the reference either way."""
-    weights = np.random.default_rng(4).standard_normal((depth, 64)).astype(np.float32)
-    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, depth), W=weights)
-    steps: list[tuple[str, dict[str, object]]] = [("split", {"loop": "i", "factors": (None, 16)})]
-    if pack:
-        steps.append(("pack", {"tensor": "W", "axis": 1, "factor": 16}))
-    steps += [
-        ("reorder", {"order": ("i0", "k", "j", "i1")}),
-        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
-        ("vectorize", {"loop": "i1"}),
-        ("unroll", {"loop": "j"}),
-    ]
-    if parallel:
-        steps.append(("parallel", {"loop": "i0"}))
-    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
-    # (locality 2: the next iteration's weights; the prefetch window asks with 1)
-    ir_text = avx512_ir(schedule, window, panel).replace('"', "")
-    steps_asked = re.findall(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)", ir_text)
-    assert bool(steps_asked) is (parallel and window)
-    assert (
-        bool(re.search(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 2, i32 1\)", ir_text)) is fetched
-    )
-    inputs = inputs_for(k)
-    got = NativeKernel(schedule)(inputs)["Y"]
-    assert got.shape == (4, 64) and got.dtype == np.float32
-    np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)
-
-
-#: a prefetch into L1 (locality 3), as `codegen.prefetch.Prefetches.prefetch_ahead` asks
-ROW_AHEAD = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 3, i32 1\)")
-
-
-@pytest.mark.parametrize(
-    ("constant", "row", "ahead", "asked"),
-    [
-        # a 1x1 conv over pixel vectors: a new row of the input (A) each channel, four
-        # lines of it; the weights (W) are broadcast
-        ("W", 64, 16, 4),
-        ("W", 64, 0, 0),
-        # rows of one line: still a new line a step
-        ("W", 16, 16, 1),
-        # the rows are constants: left to prefetch_next
-        ("A", 64, 16, 0),
-        # both computed: only A's rows (W is a broadcast)
-        ("", 64, 16, 4),
-    ],
-)
-def test_a_reduction_asks_for_its_input_rows_some_steps_ahead(
-    constant: str, row: int, ahead: int, asked: int
-) -> None:
-    """`Target.input_ahead`: a register tile reduction that reads a vector from a new row
-    of a computed tensor each step asks for the lines of the row `ahead` steps on, once
-    per line (not once per unrolled copy that reads it); constants and broadcast scalars
-    are not asked for. The last steps ask past the tensor's end, which a prefetch may;
-    values match numpy with and without."""
-    depth = 40
-    rng = np.random.default_rng(5)
-    # W's rows are a line long too, but it is read as scalars
-    shapes = {"W": (depth, 16), "A": (depth, row)}
-    arrays = {n: rng.standard_normal(shape).astype(np.float32) for n, shape in shapes.items()}
-    given = {n: arrays[n] if n == constant else shapes[n] for n in shapes}
-    k = kernel("Y[j, i] += W[k, j] * A[k, i]", **given)
-    steps: list[tuple[str, dict[str, object]]] = [
-        ("split", {"loop": "i", "factors": (None, row)}),
-        ("reorder", {"order": ("i0", "k", "j", "i1")}),
-        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
-        ("vectorize", {"loop": "i1"}),
-        ("unroll", {"loop": "j"}),
-    ]
-    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
-    ir_text = avx512_ir(schedule, prefetch_weights=False, input_ahead=ahead).replace('"', "")
-    assert len(ROW_AHEAD.findall(ir_text)) == asked
-    inputs = inputs_for(k)
-    values = {**arrays, **inputs}
-    want = values["W"].T @ values["A"]
-    for target in (replace(host(), input_ahead=16), replace(host(), input_ahead=0)):
-        got = NativeKernel(schedule, target)(inputs)["Y"]
-        assert got.shape == want.shape and got.dtype == np.float32
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_rows_of_a_private_temporary_are_asked_for_in_the_threads_slice(threads: int) -> None:
-    """A temporary computed per parallel tile (T, a slice of 32 × 16 per thread) is a
-    computed tensor read a row a step: the reduction asks for its rows ahead (offsets
-    moved to the running thread's slice, as its loads are); values match numpy."""
-    weights = np.random.default_rng(6).standard_normal((8, 32)).astype(np.float32)
-    k = kernel("T[k, i] = A[k, i] * 2", "C[j, i] += W[j, k] * T[k, i]", A=(32, 64), W=weights)
-    steps = [
-        ("split", {"loop": "i_1", "factors": (None, 16)}),
-        ("reorder", {"order": ("i_10", "k_1", "j", "i_11")}),
-        ("decompose_reduction", {"stmt": "C", "loop": "k_1"}),
-        ("compute_at", {"stmt": "T", "loop": "i_10"}),
-        ("vectorize", {"loop": "i_11"}),
-        ("unroll", {"loop": "j"}),
-        ("parallel", {"loop": "i_10"}),
-    ]
-    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
-    assert [p.tensor for p in private_temporaries(schedule)] == ["T"]
-    ir_text = avx512_ir(schedule, prefetch_weights=False, input_ahead=16).replace('"', "")
-    assert len(ROW_AHEAD.findall(ir_text)) == 1
-    inputs = inputs_for(k)
-    native = NativeKernel(schedule, replace(host(), input_ahead=16))
-    native.set_threads(threads)
-    got = native(inputs)["C"]
-    assert got.shape == (8, 64) and got.dtype == np.float32
-    np.testing.assert_allclose(got, weights @ (inputs["A"] * 2), rtol=1e-4, atol=1e-4)
-
-
-#: a line of the window (locality 1) and a line of the next iteration's weights asked for
-#: per load (`prefetch_next`, locality 2)
-WINDOW_LINE = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)")
-NEXT_LINE = re.compile(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 2, i32 1\)")
-
-
-@pytest.mark.parametrize(
-    ("stencil", "panel_ahead", "l2_bytes", "window"),
-    [
-        (True, True, 1 << 20, True),
-        (True, False, 1 << 20, False),
-        # a 1x1 reduction (4 KB panels) reads its panel in order: left to prefetch_next
-        (False, True, 1 << 20, False),
-        # activations (X 8.5 KB, Y 8 KB) and two 12 KB panels pass a 32 KB L2
-        (True, True, 1 << 15, False),
-    ],
-)
-def test_a_stencil_reduction_fetches_the_next_iterations_weight_panel(
-    stencil: bool, panel_ahead: bool, l2_bytes: int, window: bool
-) -> None:
-    """`Target.panel_ahead`: a parallel iteration of a stencil reduction (a 1-D conv of
-    width 3 over 64 channels; its weights packed in panels of 16 output channels, 12 KB
-    each) asks for the next iteration's panel a line per reduction step, and no longer
-    per load (`prefetch_next`). Not for a 1x1 reduction, nor where the kernel's
-    activations and two panels pass L2. Values match numpy on one and two threads."""
-    width = 3 if stencil else 1
-    weights = np.random.default_rng(7).standard_normal((64, 64, width)).astype(np.float32)
-    if stencil:
-        k = kernel("Y[m, o] += W[m, c, r] * X[c, o + r]", X=(64, 34), W=weights, extents={"o": 32})
-        order = ("m0", "o0", "c", "r", "o1", "m1")
-    else:
-        k = kernel("Y[m, o] += W[m, c] * X[c, o]", X=(64, 32), W=weights[:, :, 0])
-        order = ("m0", "o0", "c", "o1", "m1")
-    steps = [
-        ("split", {"loop": "m", "factors": (None, 16)}),
-        ("pack", {"tensor": "W", "axis": 0, "factor": 16}),
-        ("split", {"loop": "o", "factors": (None, 8)}),
-        ("reorder", {"order": order}),
-        ("decompose_reduction", {"stmt": "Y", "loop": "c"}),
-        ("vectorize", {"loop": "m1"}),
-        ("unroll", {"loop": "o1"}),
-        ("parallel", {"loop": "m0"}),
-    ]
-    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
-    ir_text = avx512_ir(
-        schedule, prefetch_weights=False, panel_ahead=panel_ahead, l2_bytes=l2_bytes
-    ).replace('"', "")
-    assert len(WINDOW_LINE.findall(ir_text)) == (1 if window else 0)
-    assert len(NEXT_LINE.findall(ir_text)) == (0 if window else 1)
-    inputs = inputs_for(k)
-    rows = np.lib.stride_tricks.sliding_window_view(inputs["X"], width, axis=1)
-    want = np.einsum("mcr,cor->mo", weights, rows)
-    for threads in (1, 2):
-        native = NativeKernel(schedule, replace(host(), panel_ahead=panel_ahead))
-        native.set_threads(threads)
-        got = native(inputs)["Y"]
-        assert got.shape == (64, 32) and got.dtype == np.float32
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
