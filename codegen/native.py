@@ -7,7 +7,6 @@ import ctypes
 import functools
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from polytile.poly.ir.schedule import Schedule
 from .jit import JitModule, Part, compile_part, emit_assembly, finalize, optimize
 from .module import kernel_module, runtime_module
 from .target import Target, host
+from .timing import Timing
 
 NAME = "polytile_kernel"
 
@@ -114,10 +114,8 @@ class LoadedKernel:
 
     def benchmark(
         self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10, number: int = 1
-    ) -> Any:
-        """Seconds per run (a `runtime.Timing`) over `repeat` × `number` runs."""
-        from polytile.runtime import Timing
-
+    ) -> Timing:
+        """Seconds per run (a `Timing`) over `repeat` × `number` runs."""
         if repeat < 1 or number < 1:
             raise InputError("benchmark: repeat and number must be at least 1")
         buffers = self.buffers(inputs if inputs is not None else self.random_inputs())

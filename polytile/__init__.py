@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from polytile.version import __version__
 
 #: public name → (module, attribute), imported on first access
 _LAZY = {
@@ -22,7 +22,7 @@ _LAZY = {
     "CompiledModel": ("polytile.runtime", "CompiledModel"),
     "InferenceSession": ("polytile.session", "InferenceSession"),
     "SessionOptions": ("polytile.session", "SessionOptions"),
-    "tune": ("polytile.search.tune", "tune"),
+    "tune": ("polytile.tuning", "tune"),
 }
 
 __all__ = [

@@ -101,12 +101,13 @@ def print_kernels(
     """The kernel of each selected group under the schedule `compile` gives it on this
     machine (its vector width and threads): the best verified tuning record, else the
     default schedule; as C-like code."""
+    from polytile.codegen.configs import default_config, lower_config
     from polytile.codegen.target import host
-    from polytile.compiler import default_config, lower_config, replay_record, tuned_records
     from polytile.explain import explain
     from polytile.poly.default.schedule import default_schedule
     from polytile.poly.transform.canonical import canonicalize
     from polytile.poly.transform.flatten import kernel_of
+    from polytile.search.records import replay_record, tuned_records
 
     if which == "all":
         selected = list(parts.groups)
@@ -257,7 +258,7 @@ def compile_batch(names: Sequence[str], args: argparse.Namespace) -> int:
     the worst failure's."""
     from tqdm import tqdm
 
-    from polytile.search.cluster import CompileResult, compile_many
+    from polytile.batch import CompileResult, compile_many
 
     out = Path(args.output or "compiled")
     with tqdm(total=len(names), desc="compile zoo", unit="model") as bar:
@@ -386,8 +387,8 @@ RECORDS_HELP = "tuning records (JSONL): the fastest verified schedule per kernel
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search schedules, append measurements to the records, report before / after."""
     from polytile.search.measure import MeasureConfig
-    from polytile.search.tune import tune
     from polytile.search.validate import ValidateConfig
+    from polytile.tuning import tune
 
     if args.validate < 0:
         raise InputError(f"--validate takes a count of candidates (0: off), not {args.validate}")

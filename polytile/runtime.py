@@ -38,18 +38,20 @@ from polytile.codegen.jit import (
     linker,
     recompile_part,
 )
+from polytile.codegen.link import OutputCopy
 from polytile.codegen.module import FAULT, IndexCheck, KernelCall
 from polytile.codegen.target import Target, host
+from polytile.codegen.timing import Timing
 from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, ModelError
 from polytile.frontend.narrow import FLOAT_FORMATS
 from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
 from polytile.poly.ir.buffers import aligned_block, aligned_empty
+from polytile.version import __version__
 
 FORMAT_VERSION = 1
 
-#: outputs from this size on are allocated 64-byte aligned, like every other buffer.
-#: Aligning costs time per run: a one-element Relu model's run took 6.25 us aligning its
-#: output, 4.73 us not
+#: outputs from this size on are allocated 64-byte aligned, like every other buffer;
+#: smaller ones are not, as aligning costs a small model's run more than it saves
 ALIGNED_OUTPUT_BYTES = 16384
 
 
@@ -58,15 +60,6 @@ class IOSpec:
     name: str
     dtype: str
     shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class OutputCopy:
-    """Output `index` is a copy of an input, a constant or an earlier output."""
-
-    index: int
-    kind: str
-    source: int
 
 
 @dataclass(frozen=True)
@@ -83,8 +76,6 @@ class Manifest:
     checks: tuple[IndexCheck, ...] | None = ()
 
     def to_json(self) -> dict[str, Any]:
-        from polytile import __version__
-
         def spec(s: IOSpec) -> dict[str, Any]:
             return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
 
@@ -121,36 +112,6 @@ class Manifest:
             checks=(
                 tuple(IndexCheck.from_json(c) for c in data["checks"]) if "checks" in data else None
             ),
-        )
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per run over `repeat` measurements of `number` runs each."""
-
-    results: tuple[float, ...]
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.results)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.results)
-
-    @property
-    def std(self) -> float:
-        return statistics.pstdev(self.results)
-
-    @property
-    def min(self) -> float:
-        return min(self.results)
-
-    def __str__(self) -> str:
-        ms = 1e3
-        return (
-            f"mean {self.mean * ms:.3f} ms, median {self.median * ms:.3f} ms, "
-            f"std {self.std * ms:.3f} ms, min {self.min * ms:.3f} ms ({len(self.results)} repeats)"
         )
 
 

@@ -1,8 +1,8 @@
 """Scale-out on a Dask cluster (the optional extra `polytile[dask]`): the candidates of a
 tuning task are built on the cluster's workers, and the models of a batch are compiled
-there, one task per model. Measuring never leaves this host: candidates are verified and
-timed here, one at a time, in `measure`'s worker processes, so every record names this
-host's CPU and features.
+there, one task per model (`polytile.batch`, through `connect`). Measuring never leaves
+this host: candidates are verified and timed here, one at a time, in `measure`'s worker
+processes, so every record names this host's CPU and features.
 
 What travels, and why:
 
@@ -18,48 +18,43 @@ What travels, and why:
   target's features (a cluster node without AVX-512 would die of SIGILL), and a kernel
   that hangs is killed here with its process, which Dask cannot do to a task's thread.
   One run is cheap next to a build.
-- A model of a batch: its zoo name (materialized on the worker) or its ONNX bytes and this
-  host's `Target` go out; the files of its saved `.ptm` come back and are written to the
-  output directory, loadable here without recompiling.
+- A model of a batch (`polytile.batch`): its zoo name or its ONNX bytes and this host's
+  `Target` go out; the files of its saved `.ptm` come back.
 
 Dask workers should run one thread each (`dask worker ADDR --nthreads 1 --nworkers N`):
 builds in one worker process are serialized anyway. A build that kills its worker is a
 crash record once the scheduler gives up on the task (`distributed.scheduler.allowed-
-failures`, 3 retries by default; 0 fails fast). Only this module imports `distributed`.
+failures`, 3 retries by default; 0 fails fast). `distributed` is imported only through
+`require_distributed`, which names the extra when it is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import os
 import socket
-import tempfile
 import threading
 import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from polytile.codegen.jit import Part
 from polytile.codegen.native import build_part
-from polytile.codegen.target import Target, host
-from polytile.errors import IllegalSchedule, InputError, PolytileError
+from polytile.codegen.target import Target
+from polytile.errors import IllegalSchedule, InputError
 from polytile.poly.ir.kernel import Kernel
-
-from .records import Record
+from polytile.version import __version__
 
 #: seconds to reach a scheduler and to find a worker there
 CONNECT_TIMEOUT = 10.0
 EXTRA = "pip install 'polytile[dask]'"
 
 
-def _distributed(purpose: str) -> ModuleType:
+def require_distributed(purpose: str) -> ModuleType:
     """The `distributed` package, or an InputError naming the extra that installs it."""
     try:
         import distributed
@@ -73,7 +68,7 @@ def connect(address: str, timeout: float | None = None) -> Any:
     `timeout` seconds (default `CONNECT_TIMEOUT`), whose workers can build for this host
     (`check_workers`); else an InputError naming the address or the worker. It is never the
     default client: a user's own Dask code is left alone."""
-    distributed = _distributed(f"the Dask scheduler {address!r}")
+    distributed = require_distributed(f"the Dask scheduler {address!r}")
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     try:
         client = distributed.Client(address, timeout=timeout, set_as_default=False)
@@ -103,7 +98,6 @@ def environment() -> dict[str, Any]:
     cannot link here without one)."""
     import llvmlite.binding as llvm
 
-    from polytile import __version__
     from polytile.codegen.target import openmp_library
 
     return {
@@ -212,7 +206,7 @@ class RemoteBuilder:
         self.results: dict[int, RemoteBuild] = {}
 
     def _colocated(self) -> bool:
-        comm = _distributed("a Dask scheduler").comm
+        comm = require_distributed("a Dask scheduler").comm
         here = {"localhost", "::1", socket.gethostname(), socket.getfqdn()}
         with contextlib.suppress(OSError):
             here.update(str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None))
@@ -267,7 +261,7 @@ class RemoteBuilder:
         return f"polytile-{what}-{uuid.uuid4().hex}"
 
     def _outcome(self, future: Any) -> RemoteBuild:
-        distributed = _distributed("a Dask scheduler")
+        distributed = require_distributed("a Dask scheduler")
         try:
             return future.result()
         except distributed.KilledWorker as err:
@@ -280,7 +274,7 @@ class RemoteBuilder:
         """Block until a running build ends or the first one is due."""
         if not self._running:
             return
-        distributed = _distributed("a Dask scheduler")
+        distributed = require_distributed("a Dask scheduler")
         due = min(deadline for _, deadline in self._running.values()) - time.monotonic()
         futures = [future for future, _ in self._running.values()]
         with self._client.as_current(), contextlib.suppress(TimeoutError):
@@ -304,202 +298,3 @@ class RemoteBuilder:
         self.cancel()
         self._kernel = None
         self._client.close()
-
-
-# --- batch compilation ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    """One model of a batch: where it was saved, or the error that stopped it."""
-
-    name: str
-    path: Path | None = None
-    error: BaseException | None = None
-    #: compile time, where it ran
-    seconds: float = 0.0
-    #: the compiler's `CompileStats`
-    stats: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def _sources(models: Sequence[str]) -> dict[str, str | Path]:
-    """Name → zoo name or .onnx path, like the command line's model arguments."""
-    from polytile import zoo
-
-    named: dict[str, str | Path] = {}
-    for model in models:
-        path = Path(model)
-        if path.suffix == ".onnx" or path.exists():
-            if not path.is_file():
-                raise InputError(f"model file '{model}' does not exist")
-            name, source = path.stem, path
-        elif model in zoo.NAMES:
-            name, source = model, model
-        else:
-            raise InputError(
-                f"'{model}' is neither a model file nor a zoo model (zoo: {', '.join(zoo.NAMES)})"
-            )
-        if name in named:
-            raise InputError(f"two models of the batch would both be saved as '{name}.ptm'")
-        named[name] = source
-    return named
-
-
-def _compile(
-    source: str | Path | bytes,
-    seed: int,
-    target: Target,
-    input_shapes: Mapping[str, Sequence[int]] | None,
-    records: Any,
-) -> tuple[Any, float]:
-    """A model compiled for `target` and the seconds it took; a str source is a zoo name."""
-    import polytile as pt
-    from polytile import zoo
-
-    start = time.perf_counter()
-    if isinstance(source, str):
-        model: str | bytes = str(zoo.materialize(source, seed=seed))
-    else:
-        model = str(source) if isinstance(source, Path) else source
-    compiled = pt.compile(model, records=records, input_shapes=input_shapes, target=target)
-    return compiled, time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def _may_fork() -> Iterator[None]:
-    """Let this process fork a pool, as the compiler does to compile a model's modules in
-    parallel: a Dask worker under a nanny is a daemonic process, which multiprocessing
-    forbids to have children (the pool's are joined before this returns)."""
-    process = multiprocessing.current_process()
-    daemon = process.daemon
-    process.daemon = False
-    try:
-        yield
-    finally:
-        process.daemon = daemon
-
-
-def compile_remote(
-    source: str | bytes,
-    seed: int,
-    target: Target,
-    input_shapes: Mapping[str, Sequence[int]] | None,
-    records: Any,
-) -> tuple[dict[str, bytes], Any, float]:
-    """On a Dask worker: compile one model for `target` and return its saved `.ptm` files
-    (relative path → bytes), its compile stats and the seconds it took."""
-    with _may_fork():
-        compiled, seconds = _compile(source, seed, target, input_shapes, records)
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = compiled.save(Path(tmp) / "model.ptm")
-        files = {
-            str(p.relative_to(saved)): p.read_bytes()
-            for p in sorted(saved.rglob("*"))
-            if p.is_file()
-        }
-    return files, compiled.stats, seconds
-
-
-def _write_saved(files: Mapping[str, bytes], path: Path) -> None:
-    """Write a saved model's files as `path`, replacing it whole (as `CompiledModel.save`)."""
-    from polytile.runtime import replace_directory
-
-    def write(tmp: Path) -> None:
-        for name, data in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_bytes(data)
-
-    replace_directory(path, write)
-
-
-def compile_many(
-    models: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    scheduler: str | None = None,
-    *,
-    seed: int = 0,
-    num_threads: int | None = None,
-    opt_level: int = 3,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    records: str | os.PathLike[str] | None = None,
-    progress: Callable[[CompileResult], None] | None = None,
-) -> list[CompileResult]:
-    """Compile models (zoo names or .onnx paths) to `out_dir/<name>.ptm`: each as one Dask
-    task on the cluster at `scheduler`, else one after the other here. A model that fails is
-    a result holding its error, and the others go on. Every model is compiled for this
-    host's CPU (`num_threads`, `opt_level`), so the artifacts load here without recompiling.
-    `progress` gets each result as it is done; the list is in the order of `models`."""
-    named = _sources(models)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    target = host(num_threads, opt_level)
-    # the best record of each workload for this host, read once for every model (and
-    # what travels to the cluster)
-    from polytile.compiler import tuned_records
-
-    best = list(tuned_records(records, target).values()) if records is not None else None
-    report = progress or (lambda result: None)
-    results: dict[str, CompileResult] = {}
-    if scheduler is None:
-        for name, source in named.items():
-            try:
-                compiled, seconds = _compile(source, seed, target, input_shapes, best)
-                path = compiled.save(out / f"{name}.ptm")
-                results[name] = CompileResult(name, path, None, seconds, compiled.stats)
-            except Exception as err:  # one model's failure, reported with its name
-                results[name] = CompileResult(name, error=err)
-            report(results[name])
-    else:
-        for result in _compile_on_cluster(named, out, scheduler, seed, target, input_shapes, best):
-            results[result.name] = result
-            report(result)
-    return [results[name] for name in named]
-
-
-def _compile_on_cluster(
-    named: Mapping[str, str | Path],
-    out: Path,
-    scheduler: str,
-    seed: int,
-    target: Target,
-    input_shapes: Mapping[str, Sequence[int]] | None,
-    best: list[Record] | None,
-) -> Iterator[CompileResult]:
-    """Yield each model's result as its task ends. Zoo models are materialized on the
-    workers; files travel as bytes (a worker cannot read this host's paths); the records
-    travel as the best record of each workload for this host."""
-    distributed = _distributed(f"the Dask scheduler {scheduler!r}")
-    client = connect(scheduler)
-    try:
-        futures = {}
-        for name, source in named.items():
-            payload = source.read_bytes() if isinstance(source, Path) else source
-            future = client.submit(
-                compile_remote,
-                payload,
-                seed,
-                target,
-                None if input_shapes is None else dict(input_shapes),
-                best,
-                pure=False,
-                key=f"polytile-compile-{name}-{uuid.uuid4().hex}",
-            )
-            futures[future] = name
-        for future in distributed.as_completed(futures, loop=client.loop):
-            name = futures[future]
-            try:
-                files, stats, seconds = future.result()
-                path = out / f"{name}.ptm"
-                _write_saved(files, path)
-                yield CompileResult(name, path, None, seconds, stats)
-            except distributed.KilledWorker as err:
-                died = PolytileError(f"the Dask worker compiling it died: {err}")
-                yield CompileResult(name, error=died)
-            except Exception as err:  # the model's own error, raised again here
-                yield CompileResult(name, error=err)
-    finally:
-        client.close()

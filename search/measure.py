@@ -34,13 +34,10 @@ inputs as a model's kernel does, just written by other kernels' threads (for a t
 kernel feeds, as "weights"). With `cold="all"` (or where the host has no `clflush`) a
 buffer larger than the last-level cache is written.
 
-On a 2-vCPU Intel AVX-512 host, timed after their producers, the stand-alone latencies
-came closer to the in-model ones (a 1x1 conv over 14x14: 0.43 against 0.44 ms in the
-model, 0.45-0.55 with the weights evicted alone), but the search found no faster kernels
-for the model with them: ResNet-50 tuned for 2,000 trials with `cold="producer"` ran at
-1.081-1.085x onnxruntime's latency, two tunes with `cold="weights"` (seeds 0 and 1) at
-1.050-1.059x and 1.083-1.091x, the default schedules at 1.099-1.106x (the same turns,
-their order rotating). The mode is within the spread between tunes, so the default stays.
+Timed after their producers, stand-alone latencies come closer to the in-model ones, but
+the search found no faster kernels for the model with them: the difference between the
+modes was within the spread between tunes, so "weights" stays the default
+(`benchmarks/resnet50_tune_bench.py` compares them).
 """
 
 from __future__ import annotations
@@ -158,7 +155,7 @@ def preludes(
 ) -> tuple[Prelude, ...]:
     """The producers under their default schedules (`cache`: traces by workload key,
     shared by the tasks one kernel feeds)."""
-    from polytile.compiler import default_config
+    from polytile.codegen.configs import default_config
     from polytile.poly.default.schedule import default_schedule
 
     cache = {} if cache is None else cache

@@ -26,19 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polytile.errors import TuningError
+from polytile.codegen.target import Target
+from polytile.errors import IllegalSchedule, InputError, TuningError
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.transform.steps import replay
+from polytile.version import __version__
 
 RECORD_VERSION = 1
 #: error kinds of a failed candidate
 ERRORS = ("illegal", "build", "runtime", "timeout", "crash", "wrong_result")
 #: how a record's latencies were timed: the kernel alone, or its calls inside the model
 TIMINGS = ("kernel", "model")
-
-
-def _polytile_version() -> str:
-    from polytile import __version__
-
-    return __version__
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Record:
     seed: int = 0
     timestamp: float = field(default_factory=time.time)
     version: int = RECORD_VERSION
-    polytile: str = field(default_factory=_polytile_version)
+    polytile: str = __version__
     #: what the candidate's error said (empty when it succeeded)
     message: str = ""
     #: the search space's decisions that built the trace (None when unknown)
@@ -212,3 +211,30 @@ def best_records(
         if r.workload not in best or r.latency < best[r.workload].latency:
             best[r.workload] = r
     return best | {k: r for k, r in chosen.items() if latest[k] >= newest.get(k, latest[k])}
+
+
+def tuned_records(records: object, target: Target) -> dict[str, Record]:
+    """What `compile` applies: the best verified record per workload for this target,
+    from a records file (path or `RecordFile`) or a sequence of records (none without)."""
+    if records is None:
+        return {}
+    if isinstance(records, str | os.PathLike):
+        if not Path(records).is_file():
+            raise InputError(f"records file '{records}' does not exist")
+        return best_records(RecordFile(records), target.key())
+    if isinstance(records, RecordFile):
+        return best_records(records, target.key())
+    return best_records(list(records), target.key())  # type: ignore[call-overload]
+
+
+def replay_record(kernel: Kernel, record: Record | None) -> Schedule | None:
+    """The record's schedule replayed on the kernel (legality checked again), or None."""
+    if record is None:
+        return None
+    try:
+        return replay(kernel, record.trace)
+    except IllegalSchedule as err:
+        warnings.warn(
+            f"kernel {kernel.name}: a tuning record no longer applies ({err})", stacklevel=3
+        )
+        return None

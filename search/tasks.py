@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polytile.codegen.configs import lower_config
 from polytile.codegen.native import index_limits
+from polytile.codegen.target import host
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
@@ -51,11 +53,8 @@ def extract_tasks(
     lowering: LowerConfig | None = None,
 ) -> list[Task]:
     """The model's distinct kernels as `compile` lowers them: with `lowering`, by default
-    this machine's (`polytile.compiler.lower_config`)."""
+    this machine's (`codegen.configs.lower_config`)."""
     if lowering is None:
-        from polytile.codegen.target import host
-        from polytile.compiler import lower_config
-
         lowering = lower_config(host())
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
     graph = optimize(graph)

@@ -32,15 +32,15 @@ import json
 import random
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from polytile.codegen.configs import default_config, lower_config
 from polytile.codegen.target import Target, host
-from polytile.compiler import default_config
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import default_schedule
@@ -54,6 +54,9 @@ from .space import Candidate, Decisions, SearchSpace
 from .tasks import Task, extract_tasks, select_tasks
 from .validate import ValidateConfig, Validation, validate
 
+if TYPE_CHECKING:
+    from polytile.runtime import CompiledModel
+
 STRATEGIES = ("evolutionary", "random")
 #: Ansor's task-gradient weights: the recent slope against the optimistic guess
 ALPHA, BETA = 0.2, 2.0
@@ -62,8 +65,8 @@ WINDOW = 8
 #: parents a mutation is drawn from, and how often a proposal mutates one
 PARENTS, MUTATE = 8, 0.7
 #: batch slots per round for the best decisions of the model's other tasks of the same
-#: kind, tried on this one (ResNet-50's first conv of a stage: another task's best beat
-#: its own best after a 2,000-trial tune by 5-21% alone; weight-1 tasks get ~60 trials)
+#: kind, tried on this one: another task's best can beat a task's own, above all for a
+#: lightly-weighted task that gets few trials of its own
 BORROW = 2
 #: measured candidates of earlier runs replayed per task to pre-train the cost model
 PRETRAIN = 256
@@ -480,6 +483,7 @@ def tune(
     cost_model_kind: str = "regression",
     start_from_default: bool = True,
     validation: ValidateConfig | None = None,
+    compile_model: Callable[..., CompiledModel] | None = None,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. Then, with
@@ -490,19 +494,27 @@ def tune(
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
     only your own) and saved there at the end; otherwise a new `cost_model_kind` model
     ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
-    the evolutionary population start from samples only (an ablation)."""
+    the evolutionary population start from samples only (an ablation). Validation
+    compiles the model with `compile_model` (`polytile.compile`, which `polytile.tune`
+    passes: the compiler is a later stage than the search)."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
-    from polytile.compiler import lower_config
-
+    if validation is not None and compile_model is None:
+        raise InputError(
+            "tune: in-model validation compiles the model: pass compile_model "
+            "(polytile.compile), or call polytile.tune"
+        )
     target = host(num_threads)
+
+    def variant(records: Sequence[Record]) -> CompiledModel:
+        assert compile_model is not None
+        return compile_model(model, records=records, input_shapes=input_shapes, target=target)
+
     all_tasks = extract_tasks(model, input_shapes, lower_config(target))
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
         chosen = select_tasks(all_tasks, tasks)
-        checked = validate(
-            model, chosen, RecordFile(records), target, validation, input_shapes, measure
-        )
+        checked = validate(chosen, RecordFile(records), target, variant, validation, measure)
         return TuneResult((), checked.trials, time.perf_counter() - start, checked)
     if cost_model_kind not in (*MODELS, "random"):
         raise InputError(
@@ -559,8 +571,8 @@ def tune(
             print("timing the best candidates inside the model ...", flush=True)
         chosen = [s.task for s in tuner.states]
         checked = validate(
-            model, chosen, tuner.records, target, validation, input_shapes,
-            tuner.measure_config, budget=trials - used,
+            chosen, tuner.records, target, variant, validation, tuner.measure_config,
+            budget=trials - used,
         )  # fmt: skip
         used += checked.trials
     return replace(tuner.summary(time.perf_counter() - start, used), validation=checked)

@@ -3,13 +3,10 @@ model.
 
 The search times a kernel alone (caches flushed, or warm), where the model runs it after
 other kernels: its input just written by every thread, its weights evicted, the cache
-full of the previous kernels' lines. There candidates can rank otherwise. On a 2-vCPU
-Zen 5, ResNet-50's 2048→512 1×1 conv took 0.41 ms a call in the model under the search's
-best candidate and 0.34 ms under the default schedule, which the search had timed slower;
-its layer-4 downsample conv 0.90 ms under each of the search's three best (the 7-row loop
-outermost and parallel: every thread reads all the weights) and 0.61 ms under the
-default. Re-ranking every task's three best candidates and the default this way made the
-whole model 2.5-4% faster.
+full of the previous kernels' lines. There candidates can rank otherwise: the search's
+best can lose to a candidate it timed slower, or to the default schedule (a parallel loop
+whose every thread reads all the weights, say), and the whole model gains from taking
+the fastest in the model (`benchmarks/resnet50_tune_bench.py` measures it).
 
 So after the search, `validate` times each task's best `top` distinct verified candidates
 (and the best of each other orientation near them: `OTHER_ORIENTATION`), the neighbour
@@ -35,13 +32,13 @@ import random
 import statistics
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from polytile.codegen.configs import default_config
 from polytile.codegen.target import Target
 from polytile.errors import InputError
-from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.ir.schedule import Schedule
 
@@ -53,17 +50,17 @@ from .tasks import Task
 if TYPE_CHECKING:
     from polytile.runtime import CompiledModel
 
+#: the model compiled with the given records applied (the best of each workload), for
+#: the validation's target: `polytile.compile` with the model bound (search comes before
+#: the compiler, so its caller passes it)
+CompileVariant = Callable[[Sequence[Record]], "CompiledModel"]
+
 
 @dataclass(frozen=True)
 class ValidateConfig:
-    #: the best candidates per task timed in the model (beside the default schedule).
-    #: Alone and in the model they rank differently often enough that eight pay: on a
-    #: 2-vCPU Intel AVX-512 host one ResNet-50 tune's records re-validated with eight
-    #: ran at 1.033 and 1.039x onnxruntime where its own three gave 1.041 and 1.055x
-    #: (and three again 1.045x; same turns each time); 10 of the 28 tasks took a
-    #: candidate ranked 4th-8th, the stride-2 3x3 conv at 56x56 its 6th (0.97 ms a
-    #: call in the model against 1.40 for the 1st). Validating ResNet-50 took 232-262 s
-    #: (with three, 143 s).
+    #: the best candidates per task timed in the model (beside the default schedule):
+    #: alone and in the model they rank differently often enough that the best in the
+    #: model is often not among the first three; validation time grows with `top`
     top: int = 8
     #: variants each candidate runs in (each with other neighbours)
     contexts: int = 2
@@ -78,8 +75,7 @@ class ValidateConfig:
     neighbours: bool = True
     #: the most bytes the compiled variants (each with its own weights and arena) may
     #: take together; fewer candidates per task are timed when they would take more.
-    #: None: half of the machine's memory (under `top=8` VGG-19's 20 variants would hold
-    #: 11 GB of weights)
+    #: None: half of the machine's memory (a large model's variants may not all fit)
     memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -142,10 +138,7 @@ class _Candidate:
 #: the best candidate of an orientation (the vectorized loop) that none of the `top`
 #: has is timed in the model too, when alone it is at most this much slower than the
 #: best: the orientations differ in what they leave in the cache for the next kernel,
-#: which the search's timing does not see (ResNet-50's 1024→256 1×1 conv: a candidate
-#: with channels in vectors 10% slower than the best in the search's timing and 3% faster
-#: in the model). A pass over one tune's records found two such candidates of 28 tasks
-#: (both slower in the model); the end-to-end figure did not move (1.02x either way).
+#: which the search's timing does not see
 OTHER_ORIENTATION = 1.15
 
 
@@ -178,9 +171,8 @@ def _orientation(record: Record) -> Any:
 
 #: the neighbour of a task's best candidate: the kernel alone cannot see that a parallel
 #: loop of few iterations waits on the slower of two threads when the host slows one
-#: vCPU (ResNet-50's stem conv: 4 channel blocks in parallel, its epilogue per block;
-#: 0.98 ms a call in the model against 0.59 ms with the epilogue per row and the rows in
-#: the parallel loop)
+#: vCPU; its epilogue per row and one more loop in the parallel one give more, smaller
+#: iterations
 NEIGHBOUR = {"epilogue_depth": 0, "parallel_depth": 2}
 
 
@@ -247,21 +239,18 @@ def deal(sizes: Mapping[str, int], contexts: int, seed: int) -> list[dict[str, i
 
 
 def validate(
-    model: ModelSource,
     tasks: Sequence[Task],
     records: RecordFile,
     target: Target,
+    compile_variant: CompileVariant,
     config: ValidateConfig | None = None,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
     measure: MeasureConfig | None = None,
     budget: int | None = None,
 ) -> Validation:
     """Time the tasks' best candidates (and their neighbours, measured with `measure`,
     at most `budget` of them) inside the model, append them as "model" records and
-    return the table (tasks without a candidate beside the default are left out)."""
-    from polytile.compiler import compile as compile_model
-    from polytile.compiler import default_config
-
+    return the table (tasks without a candidate beside the default are left out).
+    `compile_variant` compiles the model for `target` with the given records applied."""
     config = config or ValidateConfig()
     start = time.perf_counter()
     defaults = default_config(target)
@@ -290,8 +279,7 @@ def validate(
             Record(workload=k, target=target.key(), trace=c[dealt[k]].trace, latencies=(1.0,))
             for k, c in by_task.items()
         ]
-        return compile_model(model, records=[*others, *chosen], input_shapes=input_shapes,
-                             target=target)  # fmt: skip
+        return compile_variant([*others, *chosen])
 
     def dealt_variants() -> list[dict[str, int]]:
         return deal({k: len(c) for k, c in by_task.items()}, config.contexts, config.seed)

@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from polytile import cli, zoo
+from polytile.codegen.configs import default_config
 from polytile.codegen.target import host
-from polytile.compiler import default_config
 from polytile.errors import InputError
 from polytile.explain import explain
 from polytile.poly.default.schedule import default_schedule
@@ -166,9 +166,9 @@ def test_a_model_failing_in_a_zoo_batch_spares_the_others(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
 ) -> None:
     from polytile.errors import ShapeError
-    from polytile.search import cluster
+    from polytile import batch
 
-    compile_one = cluster._compile
+    compile_one = batch._compile
 
     def failing(source: object, *args: object) -> object:
         if source == "transformer":
@@ -176,7 +176,7 @@ def test_a_model_failing_in_a_zoo_batch_spares_the_others(
         return compile_one(source, *args)
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cluster, "_compile", failing)
+    monkeypatch.setattr(batch, "_compile", failing)
     out = tmp_path / "compiled"
     assert cli.main(["compile", "--zoo", "transformer,mlp", "-o", str(out)]) == cli.EXIT_BAD_INPUT
     captured = capsys.readouterr()
@@ -232,7 +232,7 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
     timings chose schedules that lost in the model, see the ResNet-50 results; `--cold
     producer` runs the kernels writing their inputs first, `--cold all` flushes the whole
     cache), then re-ranks the best candidates of each task inside the model."""
-    import polytile.search.tune as tune_module
+    import polytile.tuning as tune_module
 
     seen = {}
 

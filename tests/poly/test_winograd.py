@@ -15,9 +15,9 @@ import pytest
 from onnx import helper
 
 import polytile as pt
+from polytile.codegen.configs import lower_config
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import Target
-from polytile.compiler import lower_config
 from polytile.frontend import import_model, optimize, partition
 from polytile.poly.default.schedule import (
     DefaultConfig,

@@ -20,6 +20,7 @@ from test_measure import GATHER, ILLEGAL, matmul_traces, set_matmul
 
 import polytile as pt
 from polytile import cli, zoo
+from polytile.batch import compile_many
 from polytile.codegen.target import host
 from polytile.errors import InputError, ModelError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
@@ -205,7 +206,7 @@ def test_without_the_extra_the_error_names_it(
         Measurer(host(1), config("tcp://127.0.0.1:8786"))
     model = write_model(tmp_path / "relu.onnx", "Relu")
     with pytest.raises(InputError, match=extra):
-        pc.compile_many([str(model)], tmp_path / "out", "tcp://127.0.0.1:8786")
+        compile_many([str(model)], tmp_path / "out", "tcp://127.0.0.1:8786")
 
 
 def test_the_scheduler_must_be_an_address() -> None:
@@ -240,7 +241,7 @@ def test_a_batch_compiled_on_the_cluster_matches_one_compiled_here(
     seen: list[str] = []
     outputs = {}
     for where, scheduler in (("here", None), ("cluster", cluster.scheduler_address)):
-        results = pc.compile_many(
+        results = compile_many(
             batch,
             tmp_path / where,
             scheduler,

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from polytile.codegen.configs import default_config
 from polytile.codegen.native import NativeKernel, index_limits
 from polytile.codegen.target import host
-from polytile.compiler import default_config
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir.kernel import Role
 from polytile.search.measure import MeasureConfig, Measurer, Prelude, preludes, reference_outputs

@@ -13,15 +13,22 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
-from polytile.codegen.target import host
-from polytile.compiler import default_config
+from polytile.codegen.configs import default_config
+from polytile.codegen.target import Target, host
 from polytile.errors import InputError
 from polytile.poly.default.schedule import default_schedule
+from polytile.search import tune as search
 from polytile.search.records import Record, RecordFile, best_records, trace_key
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
-from polytile.search.tune import tune
-from polytile.search.validate import ValidateConfig, _candidates, deal, validate
+from polytile.search.validate import (
+    CompileVariant,
+    ValidateConfig,
+    _candidates,
+    deal,
+    validate,
+)
+from polytile.tuning import tune
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((256, 256)).astype(np.float32)
@@ -41,6 +48,11 @@ def model() -> onnx.ModelProto:
         initializer=[numpy_helper.from_array(W, "w")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def variant(target: Target) -> CompileVariant:
+    """The model compiled for `target` with the given records, as `pt.tune` has it."""
+    return lambda records: pt.compile(model(), records=records, target=target)
 
 
 def test_profiled_calls_name_their_tasks_workloads(tmp_path: Path) -> None:
@@ -91,7 +103,7 @@ def test_validation_overrules_a_search_timing_the_model_disagrees_with(tmp_path:
     path = tmp_path / "r.jsonl"
     RecordFile(path).append([naive, Record(task.key, target.key(), default, (1e-3,))])
     assert best_records(RecordFile(path), target.key())[task.key].trace == ()
-    found = validate(model(), [task], RecordFile(path), target, QUICK)
+    found = validate([task], RecordFile(path), target, variant(target), QUICK)
     (row,) = found.tasks
     assert row.labels == ("#1", "default") and row.chosen == 1
     timed = [r for r in RecordFile(path).read() if r.timing == "model"]
@@ -123,6 +135,11 @@ def test_tune_validates_after_the_search_and_resumes_without_model_records(
     only = tune(model(), trials=0, records=str(path), progress=False, validation=QUICK)
     assert only.trials == 0 and only.validation is not None and only.validation.tasks
     assert only.table().startswith("in-model validation")
+    # the search alone cannot compile the model: it says who can, before measuring
+    kept = len(RecordFile(path).read())
+    with pytest.raises(InputError, match="compile_model"):
+        search.tune(model(), trials=1, records=str(path), progress=False, validation=QUICK)
+    assert len(RecordFile(path).read()) == kept
 
 
 def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: Path) -> None:
@@ -139,11 +156,13 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
     path = tmp_path / "r.jsonl"
     RecordFile(path).append([best])
     config = ValidateConfig(top=1, rounds=2, repeat=2)
-    none = validate(model(), [task], RecordFile(path), target, config, budget=0)
+    none = validate([task], RecordFile(path), target, variant(target), config, budget=0)
     assert none.trials == 0 and none.tasks[0].labels == ("#1", "default")
-    found = validate(model(), [task], RecordFile(path), target, config)
+    found = validate([task], RecordFile(path), target, variant(target), config)
     assert found.trials == 1 and found.tasks[0].labels == ("#1", "nb", "default")
-    again = validate(model(), [task], RecordFile(path), target, config)  # not measured twice
+    again = validate(
+        [task], RecordFile(path), target, variant(target), config
+    )  # not measured twice
     assert again.trials == 0 and again.tasks[0].labels == ("#1", "nb", "default")
     alone = [r for r in RecordFile(path).read() if r.timing == "kernel"]
     assert len(alone) == 2 and alone[1].ok and alone[1].decisions is not None
@@ -186,10 +205,12 @@ def test_validation_times_fewer_candidates_where_the_variants_would_not_fit(
             Record(task.key, target.key(), other, (2e-9,)),
         ]
     )
-    roomy = validate(model(), [task], RecordFile(path), target, QUICK)
+    roomy = validate([task], RecordFile(path), target, variant(target), QUICK)
     assert roomy.tasks[0].labels == ("#1", "#2", "default")
     with pytest.warns(UserWarning, match="memory budget"):
-        tight = validate(model(), [task], RecordFile(path), target, replace(QUICK, memory_bytes=1))
+        tight = validate(
+            [task], RecordFile(path), target, variant(target), replace(QUICK, memory_bytes=1)
+        )
     assert tight.tasks[0].labels == ("#1", "default")
     assert ValidateConfig().memory_budget() > 256 * 256 * 4
     with pytest.raises(InputError, match="memory_bytes"):

@@ -1,0 +1,363 @@
+"""Linking a model's scheduled kernels into one native module, and where each tensor lives.
+
+- Functions (`functions`): one LLVM function per distinct code. Every kernel is emitted
+  under one placeholder name, so identical code gives identical IR text: groups that
+  differ only in tensor names or constant values (their constants are arguments) share
+  the function of the text they hash to. Each distinct function then gets a name unique
+  in the model (its symbol must not clash with another model's in this process).
+- Layout (`layout`): each kernel argument resolved to a slot: the caller's input or output
+  table, the constants table, or an offset in one arena that intermediate tensors share
+  by liveness (`plan`), an output taking over the bytes of an input read for the last
+  time at its step where the kernel allows it. Graph outputs no kernel writes are copies;
+  run-time index checks read their tensor at its slot.
+- `link`: both, plus the entry function that runs the calls in order (`module.add_entry`),
+  compiled to machine code in parallel parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polytile.errors import CodegenError
+from polytile.frontend import Graph
+from polytile.frontend.fusion import Group
+from polytile.frontend.ops import InferContext
+from polytile.frontend.ops.indexing import (
+    IndexBound,
+    bounds_of,
+    first_out_of_range,
+    out_of_range_message,
+)
+from polytile.poly.ast.build import AstNode
+from polytile.poly.ir.deps import may_share
+from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.schedule import Schedule
+
+from .jit import Part, compile_parts, finalize
+from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
+from .plan import Lifetime, plan_memory
+from .target import Target
+
+#: the entry function of a linked model
+ENTRY = "polytile_run"
+#: the name every kernel function is emitted under before it gets its own
+PLACEHOLDER = "polytile_kernel"
+
+
+@dataclass(frozen=True)
+class OutputCopy:
+    """Output `index` is a copy of an input, a constant or an earlier output."""
+
+    index: int
+    kind: str
+    source: int
+
+
+@dataclass(frozen=True)
+class PendingCheck:
+    """An index tensor known only at run time, checked before `step` (the kernel reading
+    it) against `bound`; `node` labels the indexing node for the error message."""
+
+    step: int
+    node: str
+    tensor: str
+    bound: IndexBound
+
+
+@dataclass(frozen=True)
+class Functions:
+    """The distinct kernel functions of a model: for each step the name of the function it
+    calls; each function's IR text (in order of first use) and argument count."""
+
+    names: tuple[str, ...]
+    texts: tuple[str, ...]
+    arity: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every tensor of the model lives: the kernel calls in order with their
+    arguments' slots (arena slots as byte offsets), the constants table, the outputs that
+    are copies, the run-time index checks and the arena's size."""
+
+    calls: tuple[KernelCall, ...]
+    constants: tuple[np.ndarray, ...]
+    copies: tuple[OutputCopy, ...]
+    checks: tuple[IndexCheck, ...]
+    arena_bytes: int
+    #: bytes the arena's tensors would take without sharing
+    unshared_bytes: int
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A linked model: its layout, its machine code in parts (the entry module first)
+    and the entry function's name."""
+
+    layout: Layout
+    parts: tuple[Part, ...]
+    functions: int
+    entry: str = ENTRY
+
+
+def link(
+    graph: Graph,
+    schedules: Sequence[Schedule],
+    workloads: Sequence[str],
+    target: Target,
+    asts: Sequence[AstNode | None] | None = None,
+    checks: Sequence[PendingCheck] = (),
+    workers: int | None = None,
+) -> Linked:
+    """The native module of a graph whose groups (in order) run the given schedules;
+    `workloads` are the groups' workload keys (a trace that inlines rewrites its
+    schedule's kernel, so the key cannot be taken from the schedule). Every schedule's
+    AST is checked already; `asts` holds those at hand (None where not), which need not
+    be built again. `checks` are the run-time index tensors (`index_bounds`)."""
+    prefix = f"pt{hashlib.sha256(graph.name.encode()).hexdigest()[:8]}"
+    emitted = functions(schedules, target, prefix, asts)
+    placed = layout(graph, schedules, emitted.names, workloads, checks)
+    entry = new_module(graph.name, target)
+    constant_bytes = [c.nbytes for c in placed.constants]
+    add_entry(entry, ENTRY, placed.calls, emitted.arity, constant_bytes, placed.checks)
+    texts = [finalize(entry.module, target), *emitted.texts]
+    parts = compile_parts(texts, target, workers)
+    return Linked(placed, tuple(parts), len(emitted.texts))
+
+
+def functions(
+    schedules: Sequence[Schedule],
+    target: Target,
+    prefix: str,
+    asts: Sequence[AstNode | None] | None = None,
+) -> Functions:
+    """Each schedule's kernel function, emitted once per distinct IR text and named
+    `<prefix>_k<n>_<kernel>`. The same workload under the same trace is the same code,
+    taken without emitting it again."""
+    by_text: dict[str, str] = {}  # IR text's hash -> function name
+    known: dict[tuple[str, str], str] = {}  # (workload, trace) -> function name
+    names: list[str] = []
+    texts: list[str] = []
+    arity: dict[str, int] = {}
+    for step, schedule in enumerate(schedules):
+        key = (schedule.kernel.workload_key(), schedule.trace_hash())
+        if key not in known:
+            ast = asts[step] if asts is not None else None
+            mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False, ast=ast)
+            text = finalize(mc.module, target)
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            if digest not in by_text:
+                name = f"{prefix}_k{len(by_text)}_{_short(schedule.kernel)}"
+                by_text[digest] = name
+                arity[name] = len(fn.params)
+                texts.append(_renamed(text, name))
+            known[key] = by_text[digest]
+        names.append(known[key])
+    return Functions(tuple(names), tuple(texts), arity)
+
+
+def _short(kernel: Kernel) -> str:
+    return kernel.name.rsplit("_", 1)[-1][:24]
+
+
+def _renamed(text: str, name: str) -> str:
+    """A kernel module's IR text with its function, emitted as `PLACEHOLDER`, named
+    `name`. The symbol occurs exactly once, where the function is defined (nothing in its
+    own module calls the kernel); anything else is an emitter bug, not renamed blindly."""
+    symbol = f'@"{PLACEHOLDER}"'
+    found = text.count(symbol)
+    if found != 1:
+        raise CodegenError(
+            f"kernel function {name}: its IR names {symbol} {found} times instead of once"
+        )
+    return text.replace(symbol, f'@"{name}"')
+
+
+def index_bounds(graph: Graph, groups: Sequence[Group]) -> list[PendingCheck]:
+    """The index inputs of the graph's indexing nodes that are known only at run time,
+    with the step of the group that reads them; compile-time ones (constants, some
+    folded only by the optimization passes) are checked now, a ShapeError naming the
+    node and the value."""
+    step_of = {name: g.index for g in groups for name in g.nodes}
+    found = []
+    for node in graph.nodes:
+        if node.name not in step_of:
+            continue
+        ctx = InferContext(
+            node,
+            [graph.types.get(i) if i else None for i in node.inputs],
+            [graph.constants.get(i) if i else None for i in node.inputs],
+            graph.opset,
+            graph.name,
+        )
+        for bound in bounds_of(ctx):
+            tensor = node.inputs[bound.input]
+            value = graph.constants.get(graph.aliases.get(tensor, tensor))
+            if value is None:
+                found.append(PendingCheck(step_of[node.name], node.label, tensor, bound))
+                continue
+            bad = first_out_of_range(value, bound.sizes)
+            if bad is not None:
+                shape = graph.types[tensor].shape
+                raise ctx.error(out_of_range_message(tensor, shape, bound, *bad))
+    return found
+
+
+def layout(
+    graph: Graph,
+    schedules: Sequence[Schedule],
+    functions: Sequence[str],
+    workloads: Sequence[str],
+    checks: Sequence[PendingCheck] = (),
+) -> Layout:
+    """Where the tensors of the graph's kernels live when step i calls `functions[i]`
+    on `schedules[i]`'s kernel (see the module's docstring)."""
+    places = _Places(graph)
+    args = [
+        tuple(places.slot(step, t.name, s.kernel) for t in s.kernel.tensors.values())
+        for step, s in enumerate(schedules)
+    ]
+    plan = plan_memory(places.lifetimes, places.in_place(schedules))
+
+    def placed(slot: Slot) -> Slot:
+        if slot.kind == "arena":
+            return Slot("arena", plan.offsets[places.arena_names[slot.index]])
+        return slot
+
+    calls = tuple(
+        KernelCall(function, tuple(placed(s) for s in slots), workload)
+        for function, slots, workload in zip(functions, args, workloads, strict=True)
+    )
+    # one scan per index tensor and step when several nodes there index alike with it
+    found: dict[tuple[int, Slot, tuple[int, ...]], IndexCheck] = {}
+    for c in checks:
+        guard = places.check(c, plan.offsets)
+        found.setdefault((guard.step, guard.slot, guard.sizes), guard)
+    copies = places.copies()
+    return Layout(
+        calls,
+        tuple(places.constants),
+        copies,
+        tuple(found.values()),
+        plan.arena_bytes,
+        plan.unshared_bytes,
+    )
+
+
+class _Places:
+    """`layout`'s bookkeeping as the kernels' tensors are met: caller tables, constants
+    and arena tensors with their lifetimes."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inputs = {n: i for i, n in enumerate(graph.inputs)}
+        self.outputs: dict[str, int] = {}
+        for i, n in enumerate(graph.outputs):
+            self.outputs.setdefault(n, i)
+        self.constants: list[np.ndarray] = []
+        self.arena_names: list[str] = []
+        self.arena_index: dict[str, int] = {}
+        self.lifetimes: dict[str, Lifetime] = {}
+        #: per step, the arena name of each kernel input and output there
+        self.held: dict[int, dict[str, str]] = {}
+
+    def source(self, onnx_name: str) -> str:
+        return self.graph.aliases.get(onnx_name, onnx_name)
+
+    def _arena(self, name: str, nbytes: int, step: int) -> Slot:
+        if name not in self.arena_index:
+            self.arena_index[name] = len(self.arena_names)
+            self.arena_names.append(name)
+            self.lifetimes[name] = Lifetime(nbytes, step, step)
+        life = self.lifetimes[name]
+        self.lifetimes[name] = Lifetime(
+            max(life.size, nbytes), min(life.first, step), max(life.last, step)
+        )
+        return Slot("arena", self.arena_index[name])
+
+    def slot(self, step: int, tensor: str, kernel: Kernel) -> Slot:
+        """The slot of a kernel's tensor at `step` (arena slots by arena name's index)."""
+        t = kernel.tensors[tensor]
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+        if t.role is Role.CONSTANT:
+            assert t.value is not None
+            self.constants.append(np.ascontiguousarray(np.asarray(t.value, dtype=t.dtype)))
+            return Slot("constant", len(self.constants) - 1)
+        if t.role is Role.TEMP:
+            return self._arena(f"{kernel.name}/{step}/{tensor}", nbytes, step)
+        source = self.source(t.source)
+        if source in self.inputs:
+            return Slot("input", self.inputs[source])
+        if source in self.outputs:
+            return Slot("output", self.outputs[source])
+        source_type = self.graph.types[source]
+        self.held.setdefault(step, {})[tensor] = source
+        return self._arena(source, source_type.nbytes, step)
+
+    def check(self, pending: PendingCheck, offsets: Mapping[str, int]) -> IndexCheck:
+        """The run-time check of an index tensor, at the slot where it lives."""
+        source = self.source(pending.tensor)
+        if source in self.inputs:
+            slot = Slot("input", self.inputs[source])
+        elif source in self.outputs:
+            slot = Slot("output", self.outputs[source])
+        elif source in self.arena_index:
+            slot = Slot("arena", offsets[source])
+        else:  # fusion keeps index producers out of their consumer's group
+            raise CodegenError(
+                f"{pending.node} in model '{self.graph.name}': index input '{pending.tensor}' "
+                f"is computed inside its kernel and cannot be checked before it"
+            )
+        t = self.graph.types[pending.tensor]  # a view's shape: positions as the node sees them
+        bound = pending.bound
+        return IndexCheck(
+            pending.step, slot, t.dtype, t.shape, bound.sizes, pending.node, pending.tensor,
+            bound.data, bound.axis,
+        )  # fmt: skip
+
+    def in_place(self, schedules: Sequence[Schedule]) -> dict[str, str]:
+        """Outputs that take over the bytes of an input read for the last time at their
+        step, where the kernel allows it (`may_share`): the first such input of each."""
+        shared: dict[str, str] = {}
+        for step, schedule in enumerate(schedules):
+            held = self.held.get(step, {})
+            kernel = schedule.kernel
+            holders = Counter(held.values())
+            for out in kernel.outputs():
+                name = held.get(out.name)
+                if name is None or self.lifetimes[name].first != step:
+                    continue
+                for inp in kernel.inputs():
+                    owner = held.get(inp.name)
+                    if (
+                        owner is not None
+                        and holders[owner] == 1
+                        and owner not in shared.values()
+                        and self.lifetimes[owner].last == step
+                        and self.lifetimes[owner].first < step
+                        and self.lifetimes[owner].size == self.lifetimes[name].size
+                        and may_share(kernel, inp.name, out.name)
+                    ):
+                        shared[name] = owner
+                        break
+        return shared
+
+    def copies(self) -> tuple[OutputCopy, ...]:
+        """Graph outputs no kernel writes: inputs, constants, repeated outputs (a constant
+        output joins the constants table after the kernels' constants)."""
+        found = []
+        for i, name in enumerate(self.graph.outputs):
+            first = self.outputs[name]
+            if first != i:
+                found.append(OutputCopy(i, "output", first))
+            elif name in self.inputs:
+                found.append(OutputCopy(i, "input", self.inputs[name]))
+            elif name in self.graph.constants:
+                self.constants.append(np.ascontiguousarray(self.graph.constants[name]))
+                found.append(OutputCopy(i, "constant", len(self.constants) - 1))
+        return tuple(found)

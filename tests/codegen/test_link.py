@@ -1,0 +1,99 @@
+"""Linking (`codegen.link`): identical code is one function, each model's functions have
+names of their own, outputs no kernel writes are copies, and the linked model computes
+what numpy does."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polytile as pt
+from polytile.codegen.link import PLACEHOLDER, OutputCopy, _renamed
+from polytile.errors import CodegenError
+
+RNG = np.random.default_rng(0)
+W1, W2 = (RNG.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
+C = RNG.standard_normal((2, 3)).astype(np.float32)
+
+
+def _model(
+    name: str, shape: list[int], nodes: list, outputs: list[str], constants: dict
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def two_layers(name: str) -> onnx.ModelProto:
+    """Two MatMul+Relu layers alike but for their weights."""
+    node = helper.make_node
+    nodes = [
+        node("MatMul", ["x", "w1"], ["m1"]),
+        node("Relu", ["m1"], ["r1"]),
+        node("MatMul", ["r1", "w2"], ["m2"]),
+        node("Relu", ["m2"], ["y"]),
+    ]
+    return _model(name, [16, 16], nodes, ["y"], {"w1": W1, "w2": W2})
+
+
+def expected(x: np.ndarray) -> np.ndarray:
+    return np.maximum(np.maximum(x @ W1, 0) @ W2, 0)
+
+
+def test_identical_code_is_one_function_named_per_model() -> None:
+    x = RNG.standard_normal((16, 16)).astype(np.float32)
+    first = pt.compile(two_layers("first"))
+    second = pt.compile(two_layers("second"))
+    for compiled in (first, second):
+        np.testing.assert_allclose(compiled.run({"x": x})[0], expected(x), rtol=1e-4, atol=1e-4)
+        functions = [c.function for c in compiled.manifest.calls]
+        matmuls = [f for f in functions if "matmul" in f.lower()]
+        assert len(matmuls) == 2 and len(set(matmuls)) == 1  # one function, two weights
+        assert compiled.stats.functions == len(set(functions)) < len(functions)
+        assert PLACEHOLDER not in functions
+    # both models live in this process: their symbols must differ
+    assert not {c.function for c in first.manifest.calls} & {
+        c.function for c in second.manifest.calls
+    }
+
+
+def test_outputs_no_kernel_writes_are_copies() -> None:
+    node = helper.make_node
+    model = _model(
+        "copies",
+        [2, 3],
+        [node("Relu", ["x"], ["r"]), node("Add", ["r", "x"], ["s"])],
+        ["s", "x", "c", "s"],
+        {"c": C},
+    )
+    compiled = pt.compile(model)
+    assert compiled.manifest.copies == (
+        OutputCopy(1, "input", 0),
+        OutputCopy(2, "constant", len(compiled.constants) - 1),
+        OutputCopy(3, "output", 0),
+    )
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    s, same_x, c, again = compiled.run({"x": x})
+    np.testing.assert_allclose(s, np.maximum(x, 0) + x, rtol=1e-6)
+    np.testing.assert_array_equal(same_x, x)
+    np.testing.assert_array_equal(c, C)
+    np.testing.assert_array_equal(again, s)
+
+
+def test_renaming_refuses_text_that_names_the_placeholder_otherwise_than_once() -> None:
+    define = f'define void @"{PLACEHOLDER}"(ptr %a) {{\n  ret void\n}}\n'
+    assert _renamed(define, "pt_k0_relu") == 'define void @"pt_k0_relu"(ptr %a) {\n  ret void\n}\n'
+    calls_itself = define + f'  call void @"{PLACEHOLDER}"(ptr %a)\n'
+    with pytest.raises(CodegenError, match="2 times"):
+        _renamed(calls_itself, "pt_k0_relu")
+    with pytest.raises(CodegenError, match="0 times"):
+        _renamed("define void @other() {\n  ret void\n}\n", "pt_k0_relu")
