@@ -373,13 +373,8 @@ class _Importer:
         return shape
 
     def _context(self, node: Node) -> InferContext:
-        return InferContext(
-            node,
-            [self.types.get(i) if i else None for i in node.inputs],
-            [self.values.get(i) if i else None for i in node.inputs],
-            self.opset,
-            self.name,
-            self.fresh,
+        return InferContext.looking_up(
+            node, self.types, self.values, self.opset, self.name, self.fresh
         )
 
     def _canonicalize(self, node: Node, node_names: set[str]) -> tuple[Node, ...]:

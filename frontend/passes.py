@@ -58,13 +58,7 @@ class _Names:
 
 
 def _context(graph: Graph, node: Node, values: dict[str, np.ndarray]) -> InferContext:
-    return InferContext(
-        node,
-        [graph.types.get(i) if i else None for i in node.inputs],
-        [values.get(i) if i else None for i in node.inputs],
-        graph.opset,
-        graph.name,
-    )
+    return InferContext.looking_up(node, graph.types, values, graph.opset, graph.name)
 
 
 def _rename_inputs(nodes: Iterable[Node], mapping: dict[str, str]) -> list[Node]:
@@ -271,8 +265,7 @@ def fold_affine_into_anchor(graph: Graph) -> Graph:
             vector = _per_channel(graph, operand, x, 1)
             if vector is None or graph.types[operand].dtype != graph.types[x].dtype:
                 continue
-            fold = _fold_conv if anchor.op_type == "Conv" else _fold_gemm
-            result = fold(known, graph.types, anchor, node.op_type, vector, names)
+            result = _fold_into_anchor(known, graph.types, anchor, node.op_type, vector, names)
             if result is None:
                 continue
             new_anchor, new_consts = result
@@ -295,56 +288,42 @@ Constants = Mapping[str, np.ndarray]
 Types = Mapping[str, TensorType]
 
 
-def _fold_conv(
-    constants: Constants, types: Types, conv: Node, op: str, vector: np.ndarray, names: _Names
+def _fold_into_anchor(
+    constants: Constants, types: Types, anchor: Node, op: str, vector: np.ndarray, names: _Names
 ) -> tuple[Node, dict[str, np.ndarray]] | None:
-    w_name, b_name = conv.input(1), conv.input(2)
+    """Conv / Gemm `anchor` with the per-output-channel Mul / Add by `vector` folded into
+    its weights (input 1, scaled along their output-channel axis) and bias (input 2, a
+    Gemm's scaled by `beta`); None unless both are constants."""
+    w_name, b_name = anchor.input(1), anchor.input(2)
     if w_name not in constants or (b_name and b_name not in constants):
         return None
     w = constants[w_name]
     dtype = w.dtype
-    bias = constants[b_name].astype(np.float64) if b_name else np.zeros(w.shape[0])
+    attrs = dict(anchor.attrs)
+    if anchor.op_type == "Conv":
+        channels, axis, beta = w.shape[0], 0, 1.0
+    else:
+        # B is (K, N), or (N, K) under transB
+        channels = types[anchor.outputs[0]].shape[1]
+        axis = 0 if int(attrs.get("transB", 0)) else 1
+        beta = float(attrs.get("beta", 1.0))
+        attrs["beta"] = 1.0
+    bias = beta * constants[b_name].astype(np.float64) if b_name else np.zeros(channels)
+    bias = np.broadcast_to(bias, np.broadcast_shapes(bias.shape, (channels,)))
     consts = {}
     new_w = w_name
     if op == "Mul":
         new_w = names(f"{w_name}/folded")
-        consts[new_w] = (w * vector.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
+        scale = [1] * w.ndim
+        scale[axis] = -1
+        consts[new_w] = (w * vector.reshape(scale)).astype(dtype)
         bias = bias * vector
     else:
         bias = bias + vector
-    new_b = names(f"{conv.name}/bias_folded")
-    consts[new_b] = bias.astype(dtype)
-    inputs = (conv.inputs[0], new_w, new_b)
-    return Node(conv.name, "Conv", inputs, conv.outputs, conv.attrs), consts
-
-
-def _fold_gemm(
-    constants: Constants, types: Types, gemm: Node, op: str, vector: np.ndarray, names: _Names
-) -> tuple[Node, dict[str, np.ndarray]] | None:
-    b_name, c_name = gemm.input(1), gemm.input(2)
-    if b_name not in constants or (c_name and c_name not in constants):
-        return None
-    out = types[gemm.outputs[0]]
-    b = constants[b_name]
-    dtype = b.dtype
-    beta = float(gemm.attrs.get("beta", 1.0))
-    c = beta * constants[c_name].astype(np.float64) if c_name else np.zeros(out.shape[1])
-    c = np.broadcast_to(c, np.broadcast_shapes(c.shape, (out.shape[1],)))
-    consts = {}
-    new_b = b_name
-    if op == "Mul":
-        new_b = names(f"{b_name}/folded")
-        trans_b = int(gemm.attrs.get("transB", 0))
-        scale = vector.reshape(-1, 1) if trans_b else vector.reshape(1, -1)
-        consts[new_b] = (b * scale).astype(dtype)
-        c = c * vector
-    else:
-        c = c + vector
-    new_c = names(f"{gemm.name}/bias_folded")
-    consts[new_c] = np.ascontiguousarray(c).astype(dtype)
-    attrs = dict(gemm.attrs)
-    attrs["beta"] = 1.0
-    return Node(gemm.name, "Gemm", (gemm.inputs[0], new_b, new_c), gemm.outputs, attrs), consts
+    new_b = names(f"{anchor.name}/bias_folded")
+    consts[new_b] = np.ascontiguousarray(bias).astype(dtype)
+    inputs = (anchor.inputs[0], new_w, new_b)
+    return Node(anchor.name, anchor.op_type, inputs, anchor.outputs, attrs), consts
 
 
 def sample_strided_1x1_convs(graph: Graph) -> Graph:
@@ -376,9 +355,7 @@ def sample_strided_1x1_convs(graph: Graph) -> Graph:
             inputs.append(name)
         sampled = names(f"{x}/sampled")
         slice_node = Node(names(f"{node.name}/sample"), "Slice", tuple(inputs), (sampled,), {})
-        ctx = InferContext(
-            slice_node, [types[i] for i in inputs], [consts.get(i) for i in inputs], graph.opset
-        )
+        ctx = InferContext.looking_up(slice_node, types, consts, graph.opset)
         (types[sampled],) = OPS["Slice"].infer(ctx)
         attrs = {k: v for k, v in node.attrs.items() if k not in ("strides", "auto_pad", "pads")}
         conv = Node(node.name, "Conv", (sampled, *node.inputs[1:]), node.outputs, attrs)

@@ -50,6 +50,27 @@ class InferContext:
         self.model = model
         self._fresh = fresh
 
+    @classmethod
+    def looking_up(
+        cls,
+        node: Node,
+        types: Mapping[str, TensorType],
+        values: Mapping[str, np.ndarray],
+        opset: int,
+        model: str = "",
+        fresh: Callable[[str], str] | None = None,
+    ) -> InferContext:
+        """The context of `node` with its inputs' types and known values taken from the
+        graph's tables by name (None for an omitted input or one not in a table)."""
+        return cls(
+            node,
+            [types.get(i) if i else None for i in node.inputs],
+            [values.get(i) if i else None for i in node.inputs],
+            opset,
+            model,
+            fresh,
+        )
+
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""
         if self._fresh is None:

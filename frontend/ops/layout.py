@@ -31,6 +31,13 @@ def depth_mode(ctx: InferContext) -> str:
     return mode
 
 
+def _checked(ctx: InferContext) -> tuple[int, tuple[int, ...]]:
+    """The blocksize and the input's (N, C, H, W), once the attributes are checked."""
+    b = block_size(ctx)
+    depth_mode(ctx)
+    return b, ctx.shape(0)
+
+
 def _depth_to_space_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
     x = xs[0]
     b = block_size(ctx)
@@ -44,13 +51,10 @@ def _depth_to_space_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tup
 
 @register("DepthToSpace", OpKind.INJECTIVE, evaluate=_depth_to_space_evaluate)
 def _depth_to_space(ctx: InferContext) -> tuple[TensorType, ...]:
-    x = ctx.type(0)
-    b = block_size(ctx)
-    depth_mode(ctx)
-    n, c, h, w = x.shape
+    b, (n, c, h, w) = _checked(ctx)
     if c % (b * b):
         raise ctx.error(f"the {c} channels of the input are not a multiple of blocksize² {b * b}")
-    return (TensorType((n, c // (b * b), h * b, w * b), x.dtype),)
+    return (TensorType((n, c // (b * b), h * b, w * b), ctx.dtype(0)),)
 
 
 def _space_to_depth_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
@@ -64,10 +68,7 @@ def _space_to_depth_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tup
 
 @register("SpaceToDepth", OpKind.INJECTIVE, evaluate=_space_to_depth_evaluate)
 def _space_to_depth(ctx: InferContext) -> tuple[TensorType, ...]:
-    x = ctx.type(0)
-    b = block_size(ctx)
-    depth_mode(ctx)
-    n, c, h, w = x.shape
+    b, (n, c, h, w) = _checked(ctx)
     if h % b or w % b:
         raise ctx.error(f"the input's height {h} and width {w} are not multiples of blocksize {b}")
-    return (TensorType((n, c * b * b, h // b, w // b), x.dtype),)
+    return (TensorType((n, c * b * b, h // b, w // b), ctx.dtype(0)),)

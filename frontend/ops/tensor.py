@@ -12,7 +12,7 @@ canonicalized into the input form with constant int64 inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -354,17 +354,6 @@ def _squeeze_shape(ctx: InferContext) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-@register(
-    "Squeeze",
-    OpKind.VIEW,
-    evaluate=lambda ctx, xs: (np.reshape(xs[0], _squeeze_shape(ctx)),),
-    canonicalize=_axes_attr_canonicalize,
-    params=(1,),
-)
-def _squeeze(ctx: InferContext) -> tuple[TensorType, ...]:
-    return (TensorType(_squeeze_shape(ctx), ctx.dtype(0)),)
-
-
 def _unsqueeze_shape(ctx: InferContext) -> tuple[int, ...]:
     shape = ctx.shape(0)
     raw = _vector(ctx, 1, "axes")
@@ -374,15 +363,23 @@ def _unsqueeze_shape(ctx: InferContext) -> tuple[int, ...]:
     return tuple(1 if i in axes else next(dims) for i in range(rank))
 
 
-@register(
-    "Unsqueeze",
-    OpKind.VIEW,
-    evaluate=lambda ctx, xs: (np.reshape(xs[0], _unsqueeze_shape(ctx)),),
-    canonicalize=_axes_attr_canonicalize,
-    params=(1,),
-)
-def _unsqueeze(ctx: InferContext) -> tuple[TensorType, ...]:
-    return (TensorType(_unsqueeze_shape(ctx), ctx.dtype(0)),)
+def _register_axes_view(op_type: str, shape_of: Callable[[InferContext], tuple[int, ...]]) -> None:
+    """Squeeze and Unsqueeze: a view of the input as `shape_of(ctx)`, the axes in input 1."""
+
+    def infer(ctx: InferContext) -> tuple[TensorType, ...]:
+        return (TensorType(shape_of(ctx), ctx.dtype(0)),)
+
+    register(
+        op_type,
+        OpKind.VIEW,
+        evaluate=lambda ctx, xs: (np.reshape(xs[0], shape_of(ctx)),),
+        canonicalize=_axes_attr_canonicalize,
+        params=(1,),
+    )(infer)
+
+
+_register_axes_view("Squeeze", _squeeze_shape)
+_register_axes_view("Unsqueeze", _unsqueeze_shape)
 
 
 # --- injective: Transpose, Concat, Split, Slice, Pad, Expand, Tile ---------------------
