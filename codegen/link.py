@@ -96,8 +96,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class Linked:
-    """A linked model: its layout, its machine code in parts (the entry module first)
-    and the entry function's name."""
+    """A linked model: its layout, its machine code in parts (the entry module first),
+    how many distinct kernel functions it has and the entry function's name."""
 
     layout: Layout
     parts: tuple[Part, ...]
@@ -211,12 +211,12 @@ def index_bounds(graph: Graph, groups: Sequence[Group]) -> list[PendingCheck]:
 def layout(
     graph: Graph,
     schedules: Sequence[Schedule],
-    functions: Sequence[str],
+    names: Sequence[str],
     workloads: Sequence[str],
     checks: Sequence[PendingCheck] = (),
 ) -> Layout:
-    """Where the tensors of the graph's kernels live when step i calls `functions[i]`
-    on `schedules[i]`'s kernel (see the module's docstring)."""
+    """Where the tensors of the graph's kernels live when step i calls the function
+    `names[i]` on `schedules[i]`'s kernel (see the module's docstring)."""
     places = _Places(graph)
     args = [
         tuple(places.slot(step, t.name, s.kernel) for t in s.kernel.tensors.values())
@@ -231,7 +231,7 @@ def layout(
 
     calls = tuple(
         KernelCall(function, tuple(placed(s) for s in slots), workload)
-        for function, slots, workload in zip(functions, args, workloads, strict=True)
+        for function, slots, workload in zip(names, args, workloads, strict=True)
     )
     # one scan per index tensor and step when several nodes there index alike with it
     found: dict[tuple[int, Slot, tuple[int, ...]], IndexCheck] = {}
