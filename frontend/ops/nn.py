@@ -520,17 +520,11 @@ def _softmax_evaluate(log: bool) -> EvalFn:
     return evaluate
 
 
-register(
-    "Softmax",
-    OpKind.ANCHOR,
-    evaluate=_softmax_evaluate(False),
-    canonicalize=_softmax_canonicalize,
-    dtypes=FLOATS,
-)(_softmax_infer)
-register(
-    "LogSoftmax",
-    OpKind.ANCHOR,
-    evaluate=_softmax_evaluate(True),
-    canonicalize=_softmax_canonicalize,
-    dtypes=FLOATS,
-)(_softmax_infer)
+for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
+    register(
+        _op,
+        OpKind.ANCHOR,
+        evaluate=_softmax_evaluate(_log),
+        canonicalize=_softmax_canonicalize,
+        dtypes=FLOATS,
+    )(_softmax_infer)

@@ -18,13 +18,13 @@ temporaries and are cast once at the end; statistics of the normalizations are f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from polytile.frontend.graph import TensorType
 from polytile.frontend.ops.matmul import einsum_spec
-from polytile.frontend.ops.nn import conv_transpose_window, conv_window
+from polytile.frontend.ops.nn import Window, conv_transpose_window, conv_window
 from polytile.poly.ir.expr import Cast, Expr, binary, unary
 from polytile.poly.ir.kernel import Statement
 from polytile.poly.lower.base import (
@@ -59,6 +59,33 @@ def _store(ctx: LowerContext, acc: str, dims: Sequence[str], out: TensorType) ->
     return [box_statement(ctx, name, dims, out.shape, ctx.output(), dims, value)]
 
 
+def _sum(
+    ctx: LowerContext,
+    out: TensorType,
+    out_dims: Sequence[str],
+    red: tuple[Sequence[str], Sequence[int]],
+    product: Expr,
+    where: Sequence[str] = (),
+    start: Expr | None = None,
+) -> list[Statement]:
+    """Y[out_dims] = start + Σ_red product (over the points in `where`), in the
+    accumulator `_accumulator` picks and stored by `_store`."""
+    target = _accumulator(ctx, out)
+    statements = reduction(
+        ctx,
+        ctx.node.name,
+        (out_dims, out.shape),
+        red,
+        target,
+        out_dims,
+        product,
+        "sum",
+        where,
+        start,
+    )
+    return [*statements, *_store(ctx, target, out_dims, out)]
+
+
 def _group_channel(out: str, per_group_out: int, per_group_in: int, tap: str, group: int) -> str:
     """The input channel `g * per_group_in + tap` of output channel `out` in group
     `g = floor(out / per_group_out)`."""
@@ -91,33 +118,49 @@ def _convolution_sum(
         as_dtype(ctx.load(ctx.node.inputs[1], w_index), acc),
     )
     bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
-    target = _accumulator(ctx, out)
-    sum_ = reduction(
-        ctx,
-        ctx.node.name,
-        (out_dims, out.shape),
-        taps,
-        target,
-        out_dims,
-        product,
-        "sum",
-        where,
-        start=bias,
-    )
-    return [*sum_, *_store(ctx, target, out_dims, out)]
+    return _sum(ctx, out, out_dims, taps, product, where, start=bias)
+
+
+#: the direct form of a convolution: (ctx, Y's type, window, group, output dims, tap dims)
+Direct = Callable[
+    [LowerContext, TensorType, Window, int, tuple[str, ...], tuple[str, ...]], list[Statement]
+]
+
+
+def _convolution(
+    ctx: LowerContext, out: TensorType, window: Window, direct: Direct
+) -> list[Statement]:
+    """Winograd F(2x2, 3x3) where it applies (`winograd.applies`), else the direct form
+    over output positions `o*` and window taps `k*`."""
+    group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
+    if winograd_applies(ctx, window, group):
+        return winograd_conv(ctx, out, window)
+    rank = out.rank - 2
+    return direct(ctx, out, window, group, spatial_dims(rank, "o"), spatial_dims(rank, "k"))
 
 
 @lowering("Conv")
 def _conv(ctx: LowerContext) -> list[Statement]:
+    return _convolution(ctx, *conv_window(ctx.infer_context()), _direct_conv)
+
+
+@lowering("ConvTranspose")
+def _conv_transpose(ctx: LowerContext) -> list[Statement]:
+    return _convolution(ctx, *conv_transpose_window(ctx.infer_context()), _gathered_conv)
+
+
+def _direct_conv(
+    ctx: LowerContext,
+    out: TensorType,
+    window: Window,
+    group: int,
+    o: tuple[str, ...],
+    k: tuple[str, ...],
+) -> list[Statement]:
     """Y[n, m, oh, ow] = B[m] + Σ_{c, kh, kw} X[n, g*C/G + c, oh*s + kh*d - p, ...] W[m, c, kh, kw]
     over the taps inside X."""
-    out, window = conv_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
-    group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
-    if winograd_applies(ctx, window, group):
-        return winograd_conv(ctx, out, window)
-    rank = x.rank - 2
-    o, k = spatial_dims(rank, "o"), spatial_dims(rank, "k")
+    rank = len(o)
     out_dims = ("n", "m", *o)
     per_group_in, per_group_out = w.shape[1], out.shape[1] // group
     channel = _group_channel("m", per_group_out, per_group_in, "c", group)
@@ -131,19 +174,20 @@ def _conv(ctx: LowerContext) -> list[Statement]:
     return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
 
 
-@lowering("ConvTranspose")
-def _conv_transpose(ctx: LowerContext) -> list[Statement]:
-    """Gather form: Y[n, m, o] = B[m] + Σ_{c, k} X[n, g*C/G + c, (o + p - k*d)/s]
+def _gathered_conv(
+    ctx: LowerContext,
+    out: TensorType,
+    window: Window,
+    group: int,
+    o: tuple[str, ...],
+    k: tuple[str, ...],
+) -> list[Statement]:
+    """ConvTranspose in gather form: Y[n, m, o] = B[m] + Σ_{c, k} X[n, g*C/G + c, (o + p - k*d)/s]
     W[g*C/G + c, m mod M/G, k] over the taps where (o + p - k*d) is a multiple of s whose
     quotient lies inside X. Output padding only extends Y (its extra positions gather
     whatever taps reach them, often none: the bias)."""
-    out, window = conv_transpose_window(ctx.infer_context())
     x, w = ctx.input_type(0), ctx.input_type(1)
-    group = int(ctx.attr("group", 1))  # type: ignore[arg-type]
-    if winograd_applies(ctx, window, group):
-        return winograd_conv(ctx, out, window)
-    rank = x.rank - 2
-    o, k = spatial_dims(rank, "o"), spatial_dims(rank, "k")
+    rank = len(o)
     out_dims = ("n", "m", *o)
     per_group_in, per_group_out = x.shape[1] // group, w.shape[1]
     channel = _group_channel("m", per_group_out, per_group_in, "c", group)
@@ -205,20 +249,7 @@ def _matmul(ctx: LowerContext) -> list[Statement]:
         as_dtype(ctx.load(ctx.node.inputs[0], a_index), acc),
         as_dtype(ctx.load(ctx.node.inputs[1], b_index), acc),
     )
-    target = _accumulator(ctx, out)
-    return [
-        *reduction(
-            ctx,
-            ctx.node.name,
-            (out_dims, out.shape),
-            (("k",), (depth,)),
-            target,
-            out_dims,
-            product,
-            "sum",
-        ),
-        *_store(ctx, target, out_dims, out),
-    ]
+    return _sum(ctx, out, out_dims, (("k",), (depth,)), product)
 
 
 @lowering("Gemm")
@@ -243,21 +274,7 @@ def _gemm(ctx: LowerContext) -> list[Statement]:
         start = as_dtype(ctx.broadcast_load(ctx.node.inputs[2], dims, out.shape), acc)
         if beta != 1.0:
             start = binary("mul", ctx.const(beta, acc), start)
-    target = _accumulator(ctx, out)
-    return [
-        *reduction(
-            ctx,
-            ctx.node.name,
-            (dims, out.shape),
-            (("k",), (depth,)),
-            target,
-            dims,
-            product,
-            "sum",
-            start=start,
-        ),
-        *_store(ctx, target, dims, out),
-    ]
+    return _sum(ctx, out, dims, (("k",), (depth,)), product, start=start)
 
 
 @lowering("Einsum")
@@ -299,22 +316,12 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
         load = as_dtype(ctx.load(name, index), acc)
         product = load if product is None else binary("mul", product, load)
     assert product is not None
+    if reduced:
+        red = (tuple(reduced), tuple(sizes[label] for label in reduced))
+        return _sum(ctx, out, out_dims, red, product)
     target = _accumulator(ctx, out)
-    if not reduced:
-        name = ctx.statement_name()
-        statements = [box_statement(ctx, name, out_dims, out.shape, target, out_dims, product)]
-    else:
-        statements = reduction(
-            ctx,
-            ctx.node.name,
-            (out_dims, out.shape),
-            (tuple(reduced), tuple(sizes[label] for label in reduced)),
-            target,
-            out_dims,
-            product,
-            "sum",
-        )
-    return [*statements, *_store(ctx, target, out_dims, out)]
+    copy = box_statement(ctx, ctx.statement_name(), out_dims, out.shape, target, out_dims, product)
+    return [copy, *_store(ctx, target, out_dims, out)]
 
 
 # --- global pooling (MaxPool / AveragePool are in `lower.pool`) --------------------------------
