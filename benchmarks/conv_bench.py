@@ -2,7 +2,7 @@
 seeded weights), each compiled as Winograd F(2x2, 3x3) and as a direct convolution
 (`LowerConfig(winograd=False)`), against onnxruntime, in interleaved turns of one
 process; writes benchmarks/results/conv-CPU.{json,md}. `compile` picks between the two
-by channels (`polytile.compiler.lower_config`); these figures are where its threshold
+by channels (`polytile.codegen.configs.lower_config`); these figures are where its threshold
 comes from. `--avx2` compiles polytile's code for the host's AVX2 subset (16 registers of
 8 floats) instead of AVX-512, and writes conv-CPU-avx2.{json,md}.
 

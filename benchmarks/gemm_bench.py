@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from fingerprint import fingerprint, write_results
 
+from polytile.codegen.configs import default_config
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.compiler import default_config
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.dsl import kernel
 

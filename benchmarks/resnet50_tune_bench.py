@@ -30,8 +30,8 @@ from polytile import zoo
 from polytile.codegen.target import host
 from polytile.search.measure import COLD, MeasureConfig
 from polytile.search.records import RecordFile, best_records, same_target
-from polytile.search.tune import tune
 from polytile.search.validate import ValidateConfig
+from polytile.tuning import tune
 
 #: the fastest verified record per task, per CPU tuned on
 BEST = RESULTS / "resnet50_best.jsonl"

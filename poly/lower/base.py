@@ -77,7 +77,7 @@ def affine_text(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
 @dataclass(frozen=True)
 class LowerConfig:
     """Choices between compute definitions of the same op. `compile`, `tune` and
-    `explain` take the target's (`polytile.compiler.lower_config`), so that tuning
+    `explain` take the target's (`polytile.codegen.configs.lower_config`), so that tuning
     records name the kernels `compile` builds."""
 
     #: stride-1 3x3 convs over large images as Winograd F(2x2, 3x3) (`lower.winograd`)
@@ -140,13 +140,9 @@ class LowerContext:
 
     def infer_context(self) -> InferContext:
         """The frontend's view of the node, for rules shared with it (conv windows, ...)."""
-        node, graph = self.node, self.graph
-        return InferContext(
-            node,
-            [graph.types.get(i) if i else None for i in node.inputs],
-            [graph.constants.get(i) if i else None for i in node.inputs],
-            graph.opset,
-            graph.name,
+        graph = self.graph
+        return InferContext.looking_up(
+            self.node, graph.types, graph.constants, graph.opset, graph.name
         )
 
     def unsupported(self, message: str) -> UnsupportedOpError:

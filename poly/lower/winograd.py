@@ -13,7 +13,7 @@ inside each channel tile (`poly.default.steps.gathered_loops`). onnxruntime's CP
 are direct. Whether the transforms pay depends on the machine and the image size (the
 weights grow 16/9 and small images give few tiles), hence `MIN_PIXELS` and
 `LowerConfig.winograd`; the measured ratios are in benchmarks/results/conv-*.md.
-`compile` asks for 32 vectors of channels (`polytile.compiler.lower_config`).
+`compile` asks for 32 vectors of channels (`polytile.codegen.configs.lower_config`).
 """
 
 from __future__ import annotations
