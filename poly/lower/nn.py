@@ -1,5 +1,6 @@
 """Compute definitions of the neural-network ops: convolutions, matrix products, global
-pooling, softmax and normalizations (MaxPool and AveragePool are in `lower.pool`).
+pooling, softmax and LRN (MaxPool and AveragePool are in `lower.pool`, the
+normalizations in `lower.norm`).
 
 Every heavy op is a reduction statement (`reduction=` its combiner) over the output's
 dimensions followed by the reduced ones, preceded by its init statement (`init_of=`)
@@ -12,7 +13,7 @@ domain).
 
 Windows come from the frontend's `conv_window` / `conv_transpose_window`,
 the one place where the window rules live. float16 tensors accumulate in float32
-temporaries and are cast once at the end; statistics of the normalizations are float32.
+temporaries and are cast once at the end.
 """
 
 from __future__ import annotations
@@ -413,130 +414,6 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
 
 lowering("Softmax")(lambda ctx: _softmax(ctx, log=False))
 lowering("LogSoftmax")(lambda ctx: _softmax(ctx, log=True))
-
-
-def _moments(
-    ctx: LowerContext,
-    value: Expr,
-    outer: tuple[Sequence[str], Sequence[int]],
-    red: tuple[Sequence[str], Sequence[int]],
-    mean: tuple[str, Sequence[str]],
-    inv_std: tuple[str, Sequence[str]],
-    epsilon: float,
-) -> list[Statement]:
-    """Two-pass statistics of `value` (in the statistics dtype) over the `red` dims:
-    mean = Σ value / N into `mean` (tensor, index), then
-    inv_std = 1 / sqrt(Σ (value - mean)² / N + epsilon) into `inv_std`."""
-    outer_dims, outer_shape = outer
-    stat = value.dtype
-    count = ctx.const(float(math.prod(red[1])), stat)
-    total = ctx.temp("sum", outer_shape, stat)
-    statements = reduction(
-        ctx, f"{ctx.node.name}_reduce_sum", outer, red, total, outer_dims, value, "sum"
-    )
-    name = ctx.statement_name(f"{ctx.node.name}_average")
-    average = binary("div", ctx.load_temp(total, outer_dims), count)
-    statements.append(box_statement(ctx, name, outer_dims, outer_shape, mean[0], mean[1], average))
-    centered = binary("sub", value, ctx.load_temp(mean[0], mean[1]))
-    squares = ctx.temp("squares", outer_shape, stat)
-    statements += reduction(
-        ctx,
-        f"{ctx.node.name}_reduce_squares",
-        outer,
-        red,
-        squares,
-        outer_dims,
-        binary("mul", centered, centered),
-        "sum",
-    )
-    name = ctx.statement_name(f"{ctx.node.name}_rsqrt")
-    variance = binary("div", ctx.load_temp(squares, outer_dims), count)
-    inv = unary("recip", unary("sqrt", binary("add", variance, ctx.const(epsilon, stat))))
-    statements.append(
-        box_statement(ctx, name, outer_dims, outer_shape, inv_std[0], inv_std[1], inv)
-    )
-    return statements
-
-
-def _statistic(
-    ctx: LowerContext,
-    output: int,
-    base: str,
-    dims: Sequence[str],
-    shape: Sequence[int],
-    kept: int,
-    dtype: str,
-) -> tuple[str, tuple[str, ...]]:
-    """Where a statistic over the leading `dims` goes: the node's optional output `output`
-    (the input's rank, the reduced axes kept as 1) when it is requested, else a temporary."""
-    outputs = ctx.node.outputs
-    if output < len(outputs) and outputs[output]:
-        return ctx.output(output), (*dims, *("0",) * kept)
-    return ctx.temp(base, shape, dtype), tuple(dims)
-
-
-@lowering("LayerNormalization")
-def _layer_norm(ctx: LowerContext) -> list[Statement]:
-    """Mean and inverse standard deviation over the axes from `axis` on (float32, into the
-    optional Mean / InvStdDev outputs when requested), then
-    Y = (X - mean) * inv_std * Scale + B."""
-    x = ctx.input_type(0)
-    axis = int(ctx.attr("axis", -1))  # type: ignore[arg-type]
-    axis = axis + x.rank if axis < 0 else axis
-    if int(ctx.attr("stash_type", 1)) != 1:  # type: ignore[arg-type]
-        raise ctx.unsupported("stash_type other than 1 (float32 statistics)")
-    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
-    dims = ctx.dims(x.rank)
-    outer = (dims[:axis], x.shape[:axis])
-    red = (dims[axis:], x.shape[axis:])
-    stat = "float32"  # stash_type 1
-    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
-    kept = x.rank - axis
-    mean = _statistic(ctx, 1, "mean", dims[:axis], x.shape[:axis], kept, stat)
-    inv_std = _statistic(ctx, 2, "inv_std", dims[:axis], x.shape[:axis], kept, stat)
-    statements = _moments(ctx, value, outer, red, mean, inv_std, epsilon)
-    normalized = binary(
-        "mul",
-        binary("sub", value, ctx.load_temp(mean[0], mean[1])),
-        ctx.load_temp(inv_std[0], inv_std[1]),
-    )
-    result = binary(
-        "mul", as_dtype(normalized, x.dtype), ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
-    )
-    if ctx.has_input(2):
-        result = binary("add", result, ctx.broadcast_load(ctx.node.inputs[2], dims, x.shape))
-    name = ctx.statement_name()
-    statements.append(box_statement(ctx, name, dims, x.shape, ctx.output(), dims, result))
-    return statements
-
-
-@lowering("InstanceNormalization")
-def _instance_norm(ctx: LowerContext) -> list[Statement]:
-    """Statistics per (n, c) over the spatial axes, then
-    Y = (X - mean) * inv_std * scale[c] + B[c]."""
-    x = ctx.input_type(0)
-    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
-    spatial = spatial_dims(x.rank - 2, "")
-    dims = ("n", "c", *spatial)
-    stat = acc_dtype(x.dtype)
-    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
-    outer = (("n", "c"), x.shape[:2])
-    mean = (ctx.temp("mean", x.shape[:2], stat), ("n", "c"))
-    inv_std = (ctx.temp("inv_std", x.shape[:2], stat), ("n", "c"))
-    statements = _moments(ctx, value, outer, (spatial, x.shape[2:]), mean, inv_std, epsilon)
-    scale = as_dtype(ctx.load(ctx.node.inputs[1], ("c",)), stat)
-    bias = as_dtype(ctx.load(ctx.node.inputs[2], ("c",)), stat)
-    normalized = binary(
-        "mul",
-        binary("sub", value, ctx.load_temp(*mean)),
-        ctx.load_temp(*inv_std),
-    )
-    result = binary("add", binary("mul", normalized, scale), bias)
-    name = ctx.statement_name()
-    statements.append(
-        box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
-    )
-    return statements
 
 
 @lowering("LRN")

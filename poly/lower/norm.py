@@ -1,12 +1,13 @@
-"""Compute definitions of GroupNormalization, RMSNormalization, LpNormalization,
-MeanVarianceNormalization and Hardmax.
+"""Compute definitions of the normalizations (LayerNormalization, InstanceNormalization,
+GroupNormalization, RMSNormalization, LpNormalization, MeanVarianceNormalization) and
+Hardmax.
 
-Each is one or two reductions into per-slice temporaries (a mean, then an inverse scale
-from the sum of squares) and one elementwise statement over the input's box applying
-them, as LayerNormalization in `lower.nn`. Statistics are computed in the node's stash
-dtype (float32 unless `stash_type` says float64) or, for the ops without one, in float32
-for float16 inputs. The variance is the two-pass Σ (x - mean)² / N, which cannot go
-negative as E[x²] - E[x]² (onnx's function bodies) can through rounding.
+Each is one or two reductions into per-slice statistics (a mean, then an inverse scale
+from the sum of squares: `moments`, shared by all) and one elementwise statement over
+the input's box applying them. Statistics are float32 for LayerNormalization, in the
+node's stash dtype where it has one (float32 unless `stash_type` says float64), else
+in float32 for float16 inputs. The variance is the two-pass Σ (x - mean)² / N, which
+cannot go negative as E[x²] - E[x]² (onnx's function bodies) can through rounding.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from polytile.poly.lower.base import (
     lowering,
     reduction,
 )
+from polytile.poly.lower.window import spatial_dims
 
 Box = tuple[Sequence[str], Sequence[int]]
+#: where a statistic goes: a tensor and its index
+Target = tuple[str, Sequence[str]]
 
 
 def _elementwise(
@@ -40,33 +44,32 @@ def _elementwise(
     return box_statement(ctx, name, dims, shape, tensor, index, expr)
 
 
-def _statistics(
+def moments(
     ctx: LowerContext,
     value: Expr,
     outer: Box,
     red: Box,
-    centered: bool,
     finish: Callable[[Expr], Expr],
-) -> tuple[list[Statement], str | None, str]:
-    """mean = Σ value / N over `red` (when `centered`), then
-    scale = finish(Σ (value - mean)² / N): the statements and the two temporaries (indexed
-    by the `outer` dims)."""
+    scale: Target,
+    mean: Target | None,
+) -> list[Statement]:
+    """mean = Σ value / N over the `red` dims into `mean` (skipped when None: an
+    uncentered statistic), then scale = finish(Σ (value - mean)² / N) into `scale`;
+    `value` is in the statistics dtype, targets are (tensor, index by the `outer` dims)."""
     outer_dims, outer_shape = outer
     stat = value.dtype
     count = Const(float(math.prod(red[1])), stat)
     base = ctx.node.name
     statements: list[Statement] = []
-    mean = None
     deviation = value
-    if centered:
+    if mean is not None:
         total = ctx.temp("sum", outer_shape, stat)
         statements += reduction(
             ctx, f"{base}_reduce_sum", outer, red, total, outer_dims, value, "sum"
         )
-        mean = ctx.temp("mean", outer_shape, stat)
         average = binary("div", ctx.load_temp(total, outer_dims), count)
-        statements.append(_elementwise(ctx, "average", outer, mean, outer_dims, average))
-        deviation = binary("sub", value, ctx.load_temp(mean, outer_dims))
+        statements.append(_elementwise(ctx, "average", outer, *mean, average))
+        deviation = binary("sub", value, ctx.load_temp(*mean))
     squares = ctx.temp("squares", outer_shape, stat)
     statements += reduction(
         ctx,
@@ -78,10 +81,19 @@ def _statistics(
         binary("mul", deviation, deviation),
         "sum",
     )
-    scale = ctx.temp("scale", outer_shape, stat)
     variance = binary("div", ctx.load_temp(squares, outer_dims), count)
-    statements.append(_elementwise(ctx, "scale", outer, scale, outer_dims, finish(variance)))
-    return statements, mean, scale
+    statements.append(_elementwise(ctx, "scale", outer, *scale, finish(variance)))
+    return statements
+
+
+def _temporaries(
+    ctx: LowerContext, outer: Box, dtype: str, centered: bool
+) -> tuple[Target, Target | None]:
+    """Temporaries for the scale and (when `centered`) the mean, indexed by `outer`."""
+    dims, shape = outer
+    scale = (ctx.temp("scale", shape, dtype), tuple(dims))
+    mean = (ctx.temp("mean", shape, dtype), tuple(dims)) if centered else None
+    return scale, mean
 
 
 def _rsqrt_plus(epsilon: float) -> Callable[[Expr], Expr]:
@@ -108,13 +120,14 @@ def _group_norm(ctx: LowerContext) -> list[Statement]:
     value = as_dtype(ctx.load(ctx.node.inputs[0], ("n", channel, *spatial)), stat)
     outer = (("n", "g"), (x.shape[0], groups))
     red = (("cc", *spatial), (size, *x.shape[2:]))
-    statements, mean, inv = _statistics(ctx, value, outer, red, True, _rsqrt_plus(_epsilon(ctx)))
+    inv, mean = _temporaries(ctx, outer, stat, centered=True)
     assert mean is not None
+    statements = moments(ctx, value, outer, red, _rsqrt_plus(_epsilon(ctx)), inv, mean)
     dims = ("n", "c", *spatial)
     group = ("n", floordiv_text("c", size))
     element = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     normalized = binary(
-        "mul", binary("sub", element, ctx.load_temp(mean, group)), ctx.load_temp(inv, group)
+        "mul", binary("sub", element, ctx.load_temp(mean[0], group)), ctx.load_temp(inv[0], group)
     )
     scale = ctx.load(ctx.node.inputs[1], ("c",))
     bias = ctx.load(ctx.node.inputs[2], ("c",))
@@ -139,8 +152,9 @@ def _rms_norm(ctx: LowerContext) -> list[Statement]:
     value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
     outer = (dims[:axis], x.shape[:axis])
     red = (dims[axis:], x.shape[axis:])
-    statements, _, inv = _statistics(ctx, value, outer, red, False, _rsqrt_plus(_epsilon(ctx)))
-    normalized = as_dtype(binary("mul", value, ctx.load_temp(inv, dims[:axis])), x.dtype)
+    inv, _ = _temporaries(ctx, outer, stat, centered=False)
+    statements = moments(ctx, value, outer, red, _rsqrt_plus(_epsilon(ctx)), inv, None)
+    normalized = as_dtype(binary("mul", value, ctx.load_temp(*inv)), x.dtype)
     scale = ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
     result = binary("mul", as_dtype(normalized, out.dtype), scale)
     statements.append(_elementwise(ctx, "apply", (dims, x.shape), ctx.output(), dims, result))
@@ -196,19 +210,14 @@ def _mvn(ctx: LowerContext) -> list[Statement]:
     red = (tuple(f"k{a}" for a in axes), tuple(x.shape[a] for a in axes))
     value = as_dtype(ctx.load(ctx.node.inputs[0], source), stat)
     tiny = Const(1e-9, stat)
-    statements, mean, inv = _statistics(
-        ctx,
-        value,
-        outer,
-        red,
-        True,
-        lambda v: unary("recip", binary("add", unary("sqrt", v), tiny)),
-    )
+    inv, mean = _temporaries(ctx, outer, stat, centered=True)
     assert mean is not None
+    finish = lambda v: unary("recip", binary("add", unary("sqrt", v), tiny))  # noqa: E731
+    statements = moments(ctx, value, outer, red, finish, inv, mean)
     dims = ctx.dims(x.rank)
     element = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
-    centered = binary("sub", element, ctx.load_temp(mean, outer[0]))
-    result = as_dtype(binary("mul", centered, ctx.load_temp(inv, outer[0])), x.dtype)
+    centered = binary("sub", element, ctx.load_temp(*mean))
+    result = as_dtype(binary("mul", centered, ctx.load_temp(*inv)), x.dtype)
     statements.append(_elementwise(ctx, "apply", (dims, x.shape), ctx.output(), dims, result))
     return statements
 
@@ -246,4 +255,89 @@ def _hardmax(ctx: LowerContext) -> list[Statement]:
     chosen = binary("eq", Iter(dims[axis], "int64"), ctx.load_temp(first, outer_dims))
     result = select(chosen, Const(1.0, x.dtype), Const(0.0, x.dtype))
     statements.append(_elementwise(ctx, "apply", (dims, x.shape), ctx.output(), dims, result))
+    return statements
+
+
+# --- LayerNormalization and InstanceNormalization ---------------------------------------------
+
+
+def _statistic(
+    ctx: LowerContext,
+    output: int,
+    base: str,
+    dims: Sequence[str],
+    shape: Sequence[int],
+    kept: int,
+    dtype: str,
+) -> tuple[str, tuple[str, ...]]:
+    """Where a statistic over the leading `dims` goes: the node's optional output `output`
+    (the input's rank, the reduced axes kept as 1) when it is requested, else a temporary."""
+    outputs = ctx.node.outputs
+    if output < len(outputs) and outputs[output]:
+        return ctx.output(output), (*dims, *("0",) * kept)
+    return ctx.temp(base, shape, dtype), tuple(dims)
+
+
+@lowering("LayerNormalization")
+def _layer_norm(ctx: LowerContext) -> list[Statement]:
+    """Mean and inverse standard deviation over the axes from `axis` on (float32, into the
+    optional Mean / InvStdDev outputs when requested), then
+    Y = (X - mean) * inv_std * Scale + B."""
+    x = ctx.input_type(0)
+    axis = int(ctx.attr("axis", -1))  # type: ignore[arg-type]
+    axis = axis + x.rank if axis < 0 else axis
+    if int(ctx.attr("stash_type", 1)) != 1:  # type: ignore[arg-type]
+        raise ctx.unsupported("stash_type other than 1 (float32 statistics)")
+    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
+    dims = ctx.dims(x.rank)
+    outer = (dims[:axis], x.shape[:axis])
+    red = (dims[axis:], x.shape[axis:])
+    stat = "float32"  # stash_type 1
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
+    kept = x.rank - axis
+    mean = _statistic(ctx, 1, "mean", dims[:axis], x.shape[:axis], kept, stat)
+    inv_std = _statistic(ctx, 2, "inv_std", dims[:axis], x.shape[:axis], kept, stat)
+    statements = moments(ctx, value, outer, red, _rsqrt_plus(epsilon), inv_std, mean)
+    normalized = binary(
+        "mul",
+        binary("sub", value, ctx.load_temp(mean[0], mean[1])),
+        ctx.load_temp(inv_std[0], inv_std[1]),
+    )
+    result = binary(
+        "mul", as_dtype(normalized, x.dtype), ctx.broadcast_load(ctx.node.inputs[1], dims, x.shape)
+    )
+    if ctx.has_input(2):
+        result = binary("add", result, ctx.broadcast_load(ctx.node.inputs[2], dims, x.shape))
+    name = ctx.statement_name()
+    statements.append(box_statement(ctx, name, dims, x.shape, ctx.output(), dims, result))
+    return statements
+
+
+@lowering("InstanceNormalization")
+def _instance_norm(ctx: LowerContext) -> list[Statement]:
+    """Statistics per (n, c) over the spatial axes, then
+    Y = (X - mean) * inv_std * scale[c] + B[c]."""
+    x = ctx.input_type(0)
+    epsilon = float(ctx.attr("epsilon", 1e-5))  # type: ignore[arg-type]
+    spatial = spatial_dims(x.rank - 2, "")
+    dims = ("n", "c", *spatial)
+    stat = acc_dtype(x.dtype)
+    value = as_dtype(ctx.load(ctx.node.inputs[0], dims), stat)
+    outer = (("n", "c"), x.shape[:2])
+    mean = (ctx.temp("mean", x.shape[:2], stat), ("n", "c"))
+    inv_std = (ctx.temp("inv_std", x.shape[:2], stat), ("n", "c"))
+    red = (spatial, x.shape[2:])
+    statements = moments(ctx, value, outer, red, _rsqrt_plus(epsilon), inv_std, mean)
+    scale = as_dtype(ctx.load(ctx.node.inputs[1], ("c",)), stat)
+    bias = as_dtype(ctx.load(ctx.node.inputs[2], ("c",)), stat)
+    normalized = binary(
+        "mul",
+        binary("sub", value, ctx.load_temp(*mean)),
+        ctx.load_temp(*inv_std),
+    )
+    result = binary("add", binary("mul", normalized, scale), bias)
+    name = ctx.statement_name()
+    statements.append(
+        box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))
+    )
     return statements
