@@ -76,21 +76,9 @@ class Prefetcher:
         """The body of the parallel loop `node`'s iteration: `inner`, after the iteration
         takes its range of the prefetch window (none without a window). The reductions
         below then prefetch for the loop's next iteration."""
-        body = self.window_body(node, lo, count, stop, inner)
-        self.parallel = (node.var, node.loop, node.inc.value)  # type: ignore[union-attr]
-        return body
-
-    def window_body(
-        self,
-        node: For,
-        lo: ir.Value,
-        count: ir.Value,
-        stop: ir.Value,
-        inner: Callable[[Env], None],
-    ) -> Callable[[Env], None]:
-        """`inner`, after the iteration takes its range of the prefetch window."""
-        b = self.em.b
         inc = node.inc.value  # type: ignore[union-attr]
+        self.parallel = (node.var, node.loop, inc)
+        b = self.em.b
         if self.target.prefetch_weights:
             window = self.em.mc.prefetch_window()
             at = b.load(window[0], typ=PTR)

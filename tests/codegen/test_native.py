@@ -248,31 +248,6 @@ def test_512_bit_vectors_in_the_assembly() -> None:
     assert "zmm" in native.assembly()
 
 
-def test_build_and_benchmark_from_the_schedule_handle() -> None:
-    """TVM's mm_relu tutorial, end to end: schedule by hand, build, compare, time."""
-    from polytile.handle import ScheduleHandle
-
-    k = kernel("Y[i, j] += A[i, k] * B[k, j]", "C[i, j] = max(Y[i, j], 0)", A=(64, 64), B=(64, 64))
-    sch = ScheduleHandle(k)
-    i, j, kk = sch.get_loops("Y")
-    j0, j1 = sch.split(j, [None, 8])
-    sch.reorder(j0, kk, j1)
-    sch.reverse_compute_at("C", j0)
-    sch.decompose_reduction("Y", kk)
-    sch.vectorize(j1)
-    sch.parallel(i)
-    built = sch.build()
-    inputs = inputs_for(k)
-    got = built.outputs(inputs)["C"]
-    a, b = (inputs[n].astype(np.float64) for n in "AB")
-    want = np.maximum(a @ b, 0)
-    assert got.shape == want.shape and got.dtype == np.float32
-    # float32 sums of 64 products: an element near 0 carries the rounding of its terms
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
-    timing = sch.benchmark(inputs, repeat=3)
-    assert len(timing.results) == 3 and timing.min > 0
-
-
 def test_a_kernel_runs_and_is_timed_on_buffers_aligned_to_a_cache_line() -> None:
     """The tuner times candidates on these buffers: aligned like the compiled model's,
     whatever the caller's arrays (a 16-byte-aligned view here) and the constant's."""

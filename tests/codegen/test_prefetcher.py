@@ -28,13 +28,16 @@ from natives import avx512_ir, inputs_for
 WEIGHTS = np.random.default_rng(8).standard_normal((64, 64)).astype(np.float32)
 
 
-def _gemm(parallel: bool) -> Schedule:
-    """A register-tiled GEMM whose weight panel (64 x 16 floats, 4 KB) changes with each
-    iteration of the outer loop: what `prefetch_next` asks ahead for when that loop is
-    parallel."""
-    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, 64), W=WEIGHTS)
-    steps = [
-        ("split", {"loop": "i", "factors": (None, 16)}),
+def _gemm(weights: np.ndarray, parallel: bool, pack: bool = False) -> Schedule:
+    """A register-tiled GEMM of 4 rows by constant `weights` (depth x 64), whose weight
+    panel (depth x 16 floats; 4 KB for WEIGHTS) changes with each iteration of the outer
+    loop: what `prefetch_next` asks ahead for when that loop is parallel. `pack` packs
+    the weights' panels."""
+    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, weights.shape[0]), W=weights)
+    steps: list[tuple[str, dict[str, object]]] = [("split", {"loop": "i", "factors": (None, 16)})]
+    if pack:
+        steps.append(("pack", {"tensor": "W", "axis": 1, "factor": 16}))
+    steps += [
         ("reorder", {"order": ("i0", "k", "j", "i1")}),
         ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
         ("vectorize", {"loop": "i1"}),
@@ -53,7 +56,7 @@ def test_a_target_that_asks_for_no_prefetch_gets_none() -> None:
     """The same parallel register tile: with the next panel, the window and rows ahead
     all off, its IR holds no prefetch; with the defaults, it asks for lines. Values match
     numpy either way."""
-    schedule = _gemm(parallel=True)
+    schedule = _gemm(WEIGHTS, parallel=True)
     off = _target(prefetch_weights=False, prefetch_panel=0, input_ahead=0, panel_ahead=False)
     assert "llvm.prefetch" not in build_part(schedule, off)[0]
     assert "llvm.prefetch" in build_part(schedule, _target())[0]
@@ -104,7 +107,7 @@ def test_a_prefetcher_outside_a_window_emits_nothing() -> None:
     panels ahead), a parallel iteration's body is its inner body unchanged, a window
     step emits no instruction, and outside a parallel loop no reduction fetches the
     next iteration's constants."""
-    schedule = _gemm(parallel=True)
+    schedule = _gemm(WEIGHTS, parallel=True)
     verify_ast(schedule)
     target = _target(prefetch_weights=False, panel_ahead=False)
     em = _Function(schedule, target)
@@ -149,19 +152,7 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
     window (the model's next kernel's weights, locality 1) per reduction step; outside a
     model the window is empty (a line of its own). Values match the reference either way."""
     weights = np.random.default_rng(4).standard_normal((depth, 64)).astype(np.float32)
-    k = kernel("Y[j, i] += X[j, k] * W[k, i]", X=(4, depth), W=weights)
-    steps: list[tuple[str, dict[str, object]]] = [("split", {"loop": "i", "factors": (None, 16)})]
-    if pack:
-        steps.append(("pack", {"tensor": "W", "axis": 1, "factor": 16}))
-    steps += [
-        ("reorder", {"order": ("i0", "k", "j", "i1")}),
-        ("decompose_reduction", {"stmt": "Y", "loop": "k"}),
-        ("vectorize", {"loop": "i1"}),
-        ("unroll", {"loop": "j"}),
-    ]
-    if parallel:
-        steps.append(("parallel", {"loop": "i0"}))
-    schedule = T.replay(k, [{"kind": kind, "args": args} for kind, args in steps])
+    schedule = _gemm(weights, parallel, pack)
     # (locality 2: the next iteration's weights; the prefetch window asks with 1)
     ir_text = avx512_ir(schedule, window, panel).replace('"', "")
     steps_asked = re.findall(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 1, i32 1\)", ir_text)
@@ -169,7 +160,7 @@ def test_the_next_parallel_iterations_weights_are_fetched_ahead(
     assert (
         bool(re.search(r"@llvm.prefetch.p0\(ptr [^,]+, i32 0, i32 2, i32 1\)", ir_text)) is fetched
     )
-    inputs = inputs_for(k)
+    inputs = inputs_for(schedule.kernel)
     got = NativeKernel(schedule)(inputs)["Y"]
     assert got.shape == (4, 64) and got.dtype == np.float32
     np.testing.assert_allclose(got, inputs["X"] @ weights, rtol=1e-4, atol=1e-4)

@@ -1,4 +1,5 @@
-"""Small hand-built kernels for the schedule tests (no dependence on the DSL parser)."""
+"""Small hand-built kernels for the schedule tests (no dependence on the DSL parser), and
+the check that a schedule computes what its kernel computes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import Load, binary, const, unary
+from polytile.poly.ir.expr import Expr, Load, binary, const, unary
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir.schedule import Schedule
+from polytile.poly.oracle.interp import run_schedule
+from polytile.poly.oracle.reference import run_program_order
+
+F32 = "float32"
 
 
 def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -20,42 +26,45 @@ def conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.einsum("nchwij,mcij->nmhw", windows, w.astype(np.float64))
 
 
+def boxed(
+    name: str,
+    dims: tuple[str, ...],
+    extents: list[int],
+    tensor: str,
+    index: tuple[str, ...],
+    expr: Expr,
+    where: str = "",
+    reduction: str | None = None,
+) -> Statement:
+    """Statement `name` over the box `0 <= dims < extents` (and `where`), writing
+    `tensor[index] = expr` (or combining into it by `reduction`)."""
+    return Statement(name, dims, ih.box(name, dims, extents, where), tensor, index, expr, reduction)
+
+
+def init(tensor: str, dims: tuple[str, ...], extents: list[int], value: float) -> Statement:
+    """The init statement `{tensor}_init` of the reduction into `tensor[dims]`."""
+    name = f"{tensor}_init"
+    return Statement(
+        name, dims, ih.box(name, dims, extents), tensor, dims, const(value, F32), init_of=tensor
+    )
+
+
 def mm_relu(n: int = 8, m: int = 8, k: int = 8) -> Kernel:
     """TVM's mm_relu: Y = A @ B; C = max(Y, 0)."""
-    a, b = Load("A", ("i", "k"), "float32"), Load("B", ("k", "j"), "float32")
-    init = Statement(
-        "Y_init",
-        ("i", "j"),
-        ih.box("Y_init", ["i", "j"], [n, m]),
-        "Y",
-        ("i", "j"),
-        const(0, "float32"),
-        init_of="Y",
-    )
-    mm = Statement(
-        "Y",
-        ("i", "j", "k"),
-        ih.box("Y", ["i", "j", "k"], [n, m, k]),
-        "Y",
-        ("i", "j"),
-        binary("mul", a, b),
-        reduction="sum",
-    )
-    relu = Statement(
-        "C",
-        ("i", "j"),
-        ih.box("C", ["i", "j"], [n, m]),
-        "C",
-        ("i", "j"),
-        binary("max", Load("Y", ("i", "j"), "float32"), const(0, "float32")),
+    a, b = Load("A", ("i", "k"), F32), Load("B", ("k", "j"), F32)
+    ij = ("i", "j")
+    stmts = (
+        init("Y", ij, [n, m], 0),
+        boxed("Y", ("i", "j", "k"), [n, m, k], "Y", ij, binary("mul", a, b), reduction="sum"),
+        boxed("C", ij, [n, m], "C", ij, binary("max", Load("Y", ij, F32), const(0, F32))),
     )
     tensors = {
-        "A": Tensor("A", (n, k), "float32", Role.INPUT),
-        "B": Tensor("B", (k, m), "float32", Role.INPUT),
-        "Y": Tensor("Y", (n, m), "float32", Role.TEMP),
-        "C": Tensor("C", (n, m), "float32", Role.OUTPUT),
+        "A": Tensor("A", (n, k), F32, Role.INPUT),
+        "B": Tensor("B", (k, m), F32, Role.INPUT),
+        "Y": Tensor("Y", (n, m), F32, Role.TEMP),
+        "C": Tensor("C", (n, m), F32, Role.OUTPUT),
     }
-    return Kernel("mm_relu", tensors, (init, mm, relu))
+    return Kernel("mm_relu", tensors, stmts)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0) -> dict[str, np.ndarray]:
@@ -63,102 +72,69 @@ def random_inputs(kernel: Kernel, seed: int = 0) -> dict[str, np.ndarray]:
     return {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in kernel.inputs()}
 
 
+def assert_equivalent(
+    schedule: Schedule,
+    inputs: dict[str, np.ndarray] | None = None,
+    original: Kernel | None = None,
+    atol: float = 1e-6,
+) -> None:
+    """The schedule (AST interpreter) computes what the untransformed kernel (`original`,
+    by default the schedule's own) computes in program order, on `inputs` (seeded random
+    ones by default)."""
+    kernel = original if original is not None else schedule.kernel
+    inputs = inputs if inputs is not None else random_inputs(kernel)
+    want = run_program_order(kernel, inputs)
+    got = run_schedule(schedule, inputs)
+    for t in kernel.outputs():
+        assert got[t.name].shape == want[t.name].shape
+        assert got[t.name].dtype == want[t.name].dtype
+        np.testing.assert_allclose(got[t.name], want[t.name], rtol=1e-5, atol=atol)
+
+
 def softmax_rows(n: int = 4, m: int = 12) -> Kernel:
     """Row softmax: max-reduce, exp-sum-reduce, divide (three dependent stages)."""
-    x = Load("X", ("i", "j"), "float32")
-    mx = Load("M", ("i",), "float32")
+    ij = ("i", "j")
+    x, mx, e = Load("X", ij, F32), Load("M", ("i",), F32), Load("E", ij, F32)
     stmts = (
-        Statement(
-            "M_init",
-            ("i",),
-            ih.box("M_init", ["i"], [n]),
-            "M",
-            ("i",),
-            const(-np.inf, "float32"),
-            init_of="M",
-        ),
-        Statement(
-            "M", ("i", "j"), ih.box("M", ["i", "j"], [n, m]), "M", ("i",), x, reduction="max"
-        ),
-        Statement(
-            "E",
-            ("i", "j"),
-            ih.box("E", ["i", "j"], [n, m]),
-            "E",
-            ("i", "j"),
-            unary("exp", binary("sub", x, mx)),
-        ),
-        Statement(
-            "S_init",
-            ("i",),
-            ih.box("S_init", ["i"], [n]),
-            "S",
-            ("i",),
-            const(0, "float32"),
-            init_of="S",
-        ),
-        Statement(
-            "S",
-            ("i", "j"),
-            ih.box("S", ["i", "j"], [n, m]),
-            "S",
-            ("i",),
-            Load("E", ("i", "j"), "float32"),
-            reduction="sum",
-        ),
-        Statement(
-            "Y",
-            ("i", "j"),
-            ih.box("Y", ["i", "j"], [n, m]),
-            "Y",
-            ("i", "j"),
-            binary("div", Load("E", ("i", "j"), "float32"), Load("S", ("i",), "float32")),
-        ),
+        init("M", ("i",), [n], -np.inf),
+        boxed("M", ij, [n, m], "M", ("i",), x, reduction="max"),
+        boxed("E", ij, [n, m], "E", ij, unary("exp", binary("sub", x, mx))),
+        init("S", ("i",), [n], 0),
+        boxed("S", ij, [n, m], "S", ("i",), e, reduction="sum"),
+        boxed("Y", ij, [n, m], "Y", ij, binary("div", e, Load("S", ("i",), F32))),
     )
     tensors = {
-        "X": Tensor("X", (n, m), "float32", Role.INPUT),
-        "M": Tensor("M", (n,), "float32", Role.TEMP),
-        "E": Tensor("E", (n, m), "float32", Role.TEMP),
-        "S": Tensor("S", (n,), "float32", Role.TEMP),
-        "Y": Tensor("Y", (n, m), "float32", Role.OUTPUT),
+        "X": Tensor("X", (n, m), F32, Role.INPUT),
+        "M": Tensor("M", (n,), F32, Role.TEMP),
+        "E": Tensor("E", (n, m), F32, Role.TEMP),
+        "S": Tensor("S", (n,), F32, Role.TEMP),
+        "Y": Tensor("Y", (n, m), F32, Role.OUTPUT),
     }
     return Kernel("softmax", tensors, stmts)
 
 
 def stencil(n: int = 16) -> Kernel:
     """B[i] = A[i-1] + A[i] + A[i+1] on the interior: a non-rectangular domain."""
-    a = [Load("A", (f"i + {d}",), "float32") for d in (-1, 0, 1)]
-    s = Statement(
-        "B",
-        ("i",),
-        ih.box("B", ["i"], [n], "i >= 1 and i < " + str(n - 1)),
-        "B",
-        ("i",),
-        binary("add", binary("add", a[0], a[1]), a[2]),
-    )
+    a = [Load("A", (f"i + {d}",), F32) for d in (-1, 0, 1)]
+    expr = binary("add", binary("add", a[0], a[1]), a[2])
+    s = boxed("B", ("i",), [n], "B", ("i",), expr, where=f"i >= 1 and i < {n - 1}")
     tensors = {
-        "A": Tensor("A", (n,), "float32", Role.INPUT),
-        "B": Tensor("B", (n,), "float32", Role.OUTPUT),
+        "A": Tensor("A", (n,), F32, Role.INPUT),
+        "B": Tensor("B", (n,), F32, Role.OUTPUT),
     }
     return Kernel("stencil", tensors, (s,))
 
 
 def prefix_sum(n: int = 10) -> Kernel:
     """P[i] = P[i-1] + A[i]: a loop-carried flow dependence, so no parallel / vector."""
-    s0 = Statement(
-        "P0", ("i",), ih.box("P0", ["i"], [1]), "P", ("i",), Load("A", ("i",), "float32")
-    )
-    s1 = Statement(
-        "P",
-        ("i",),
-        ih.box("P", ["i"], [n], "i >= 1"),
-        "P",
-        ("i",),
-        binary("add", Load("P", ("i - 1",), "float32"), Load("A", ("i",), "float32")),
+    a = Load("A", ("i",), F32)
+    s0 = boxed("P0", ("i",), [1], "P", ("i",), a)
+    s1 = boxed(
+        "P", ("i",), [n], "P", ("i",), binary("add", Load("P", ("i - 1",), F32), a), "i >= 1"
     )
     tensors = {
-        "A": Tensor("A", (n,), "float32", Role.INPUT),
-        "P": Tensor("P", (n,), "float32", Role.OUTPUT),
+        "A": Tensor("A", (n,), F32, Role.INPUT),
+        "P": Tensor("P", (n,), F32, Role.OUTPUT),
     }
     return Kernel("prefix_sum", tensors, (s0, s1))
 

@@ -1,5 +1,6 @@
 """The researcher API from the top-level package: TVM's mm_relu tutorial written with
-`pt.kernel` and scheduled with `pt.ScheduleHandle`, checked against numpy."""
+`pt.kernel`, scheduled with `pt.ScheduleHandle`, interpreted, built and timed, checked
+against numpy."""
 
 from __future__ import annotations
 
@@ -31,9 +32,14 @@ def test_mm_relu_tutorial_from_the_package() -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((32, 16)).astype(np.float32)
     b = rng.standard_normal((16, 24)).astype(np.float32)
-    out = run_schedule(sch.schedule, {"A": a, "B": b})["C"]
-    assert out.shape == (32, 24) and out.dtype == np.float32
-    np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    want = np.maximum(a.astype(np.float64) @ b, 0)
+    interpreted = run_schedule(sch.schedule, {"A": a, "B": b})["C"]
+    built = sch.build().outputs({"A": a, "B": b})["C"]
+    for out in (interpreted, built):
+        assert out.shape == (32, 24) and out.dtype == np.float32
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    timing = sch.benchmark({"A": a, "B": b}, repeat=3)
+    assert len(timing.results) == 3 and timing.min > 0
     assert replay(k, sch.trace).trace_hash() == sch.schedule.trace_hash()
     with pytest.raises(IllegalSchedule):
         sch.parallel(kk)

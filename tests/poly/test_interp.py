@@ -13,7 +13,6 @@ import pytest
 from polytile.errors import InputError
 from polytile.explain import explain
 from polytile.poly.ast.build import Block, Call, For, If, Int, Mark, Op, Var, build_ast
-from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Load, binary, const
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
 from polytile.poly.ir.schedule import Leaf, Loop, Schedule, initial_schedule
@@ -28,9 +27,7 @@ from polytile.poly.oracle.interp import (
 from polytile.poly.oracle.reference import run_program_order
 from polytile.poly.transform import steps as T
 
-from kernels import mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
-
-F32 = "float32"
+from kernels import F32, boxed, init, mm_relu, prefix_sum, random_inputs, softmax_rows, stencil
 
 
 def _tensors(**specs: tuple[tuple[int, ...], Role]) -> dict[str, Tensor]:
@@ -39,39 +36,19 @@ def _tensors(**specs: tuple[tuple[int, ...], Role]) -> dict[str, Tensor]:
 
 def broadcast_add(n: int = 3, m: int = 5) -> Kernel:
     """C[i, j] = A[i, j] + b[j] (a row vector broadcast over rows)."""
-    s = Statement(
-        "C",
-        ("i", "j"),
-        ih.box("C", ["i", "j"], [n, m]),
-        "C",
-        ("i", "j"),
-        binary("add", Load("A", ("i", "j"), F32), Load("b", ("j",), F32)),
-    )
+    expr = binary("add", Load("A", ("i", "j"), F32), Load("b", ("j",), F32))
+    s = boxed("C", ("i", "j"), [n, m], "C", ("i", "j"), expr)
     tensors = _tensors(A=((n, m), Role.INPUT), b=((m,), Role.INPUT), C=((n, m), Role.OUTPUT))
     return Kernel("broadcast_add", tensors, (s,))
 
 
 def row_max(n: int = 4, m: int = 6) -> Kernel:
     """M[i] = max_j X[i, j]: a max reduction with its init."""
-    init = Statement(
-        "M_init",
-        ("i",),
-        ih.box("M_init", ["i"], [n]),
-        "M",
-        ("i",),
-        const(-np.inf, F32),
-        init_of="M",
+    stmts = (
+        init("M", ("i",), [n], -np.inf),
+        boxed("M", ("i", "j"), [n, m], "M", ("i",), Load("X", ("i", "j"), F32), reduction="max"),
     )
-    red = Statement(
-        "M",
-        ("i", "j"),
-        ih.box("M", ["i", "j"], [n, m]),
-        "M",
-        ("i",),
-        Load("X", ("i", "j"), F32),
-        reduction="max",
-    )
-    return Kernel("row_max", _tensors(X=((n, m), Role.INPUT), M=((n,), Role.OUTPUT)), (init, red))
+    return Kernel("row_max", _tensors(X=((n, m), Role.INPUT), M=((n,), Role.OUTPUT)), stmts)
 
 
 def triangle(n: int = 6) -> Kernel:
@@ -86,9 +63,7 @@ def triangle(n: int = 6) -> Kernel:
             ("i", "j"),
             binary("mul", Load("A", ("i", "j"), F32), const(2, F32)),
         ),
-        Statement(
-            "R_init", ("i",), ih.box("R_init", ["i"], [n]), "R", ("i",), const(0, F32), init_of="R"
-        ),
+        init("R", ("i",), [n], 0),
         Statement(
             "R",
             ("i", "j"),

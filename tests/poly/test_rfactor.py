@@ -11,17 +11,9 @@ from polytile.handle import ScheduleHandle
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.schedule import initial_schedule
 from polytile.poly.oracle.interp import run_schedule
-from polytile.poly.oracle.reference import run_program_order
 from polytile.poly.transform import steps as T
 
-
-def check(schedule, inputs: dict, kernel_) -> None:
-    got = run_schedule(schedule, inputs)
-    want = run_program_order(kernel_, inputs)
-    for t in kernel_.outputs():
-        assert got[t.name].shape == want[t.name].shape
-        assert got[t.name].dtype == want[t.name].dtype
-        np.testing.assert_allclose(got[t.name], want[t.name], rtol=1e-5, atol=1e-5)
+from kernels import assert_equivalent
 
 
 @pytest.mark.parametrize(
@@ -41,7 +33,7 @@ def test_rfactor_keeps_the_result(statement: str, shapes: dict, dim: str, factor
     stmt = next(s.name for s in k.statements if s.reduction)
     schedule = T.rfactor(initial_schedule(k), stmt, dim, factor)
     assert any(t.name.endswith("_rf") for t in schedule.kernel.tensors.values())
-    check(schedule, inputs, k)
+    assert_equivalent(schedule, inputs, original=k, atol=1e-5)
 
 
 def test_rfactor_makes_the_lane_loop_parallel() -> None:
