@@ -41,7 +41,7 @@ from polytile.poly.ir.schedule import Schedule
 from .jit import Part, compile_parts, finalize
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
-from .target import Target
+from .target import Target, with_hints
 
 #: the entry function of a linked model
 ENTRY = "polytile_run"
@@ -137,8 +137,9 @@ def functions(
     asts: Sequence[AstNode | None] | None = None,
 ) -> Functions:
     """Each schedule's kernel function, emitted once per distinct IR text and named
-    `<prefix>_k<n>_<kernel>`. The same workload under the same trace is the same code,
-    taken without emitting it again."""
+    `<prefix>_k<n>_<kernel>`, each with its schedule's codegen hints over the target's
+    defaults. The same workload under the same trace is the same code, taken without
+    emitting it again."""
     by_text: dict[str, str] = {}  # IR text's hash -> function name
     known: dict[tuple[str, str], str] = {}  # (workload, trace) -> function name
     names: list[str] = []
@@ -148,8 +149,9 @@ def functions(
         key = (schedule.kernel.workload_key(), schedule.trace_hash())
         if key not in known:
             ast = asts[step] if asts is not None else None
-            mc, fn = kernel_module(schedule, PLACEHOLDER, target, verify=False, ast=ast)
-            text = finalize(mc.module, target)
+            hinted = with_hints(target, schedule.hints)
+            mc, fn = kernel_module(schedule, PLACEHOLDER, hinted, verify=False, ast=ast)
+            text = finalize(mc.module, hinted)
             digest = hashlib.sha256(text.encode()).hexdigest()
             if digest not in by_text:
                 name = f"{prefix}_k{len(by_text)}_{_short(schedule.kernel)}"

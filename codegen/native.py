@@ -18,7 +18,7 @@ from polytile.poly.ir.schedule import Schedule
 
 from .jit import JitModule, Part, compile_part, emit_assembly, finalize, optimize
 from .module import kernel_module, runtime_module
-from .target import Target, host
+from .target import Target, host, with_hints
 from .timing import Timing
 
 NAME = "polytile_kernel"
@@ -33,7 +33,9 @@ def _runtime_part(target: Target) -> Part:
 
 def build_part(schedule: Schedule, target: Target) -> tuple[str, Part, tuple[str, ...]]:
     """The schedule's kernel as LLVM IR, as machine code, and its parameters (the
-    tensors whose buffers it takes, in order)."""
+    tensors whose buffers it takes, in order); emitted with the schedule's codegen hints
+    over the target's defaults."""
+    target = with_hints(target, schedule.hints)
     mc, fn = kernel_module(schedule, NAME, target)
     ir = finalize(mc.module, target)
     return ir, compile_part(ir, target), fn.params

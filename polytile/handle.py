@@ -81,6 +81,11 @@ class ScheduleHandle:
     def unroll(self, loop: str) -> None:
         self.schedule = T.unroll(self.schedule, loop)
 
+    def hint(self, **hints: int | bool) -> None:
+        """Codegen hints for the kernel over the target's defaults (`T.hint`), e.g.
+        `input_ahead=16`: ask for input rows 16 reduction steps ahead."""
+        self.schedule = T.hint(self.schedule, **hints)
+
     def apply(self, step: Step | dict[str, Any]) -> None:
         """Apply one serialized step (as found in a trace)."""
         self.schedule = T.apply_step(

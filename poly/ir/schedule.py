@@ -6,7 +6,7 @@ statement's dimensions (the loop's value for that instance); the children of a l
 the root) run in sequence. Loops carry names, so that transformations and the researcher
 API can refer to them, and an annotation (parallel / vector / unroll) that becomes an isl
 mark node. A `Schedule` is the tree plus the trace of steps that produced it from the
-kernel's initial schedule.
+kernel's initial schedule (whose `hint` steps give the codegen hints, `HINTS`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,16 @@ from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel
 
 ANNOTATIONS = ("", "parallel", "vector", "unroll")
+
+#: the codegen hints a schedule may carry (`poly.transform.steps.hint`) and their JSON
+#: types: the machine-dependent prefetch choices of one kernel, named as the fields of
+#: `codegen.target.Target` they override. `input_ahead`: reduction steps ahead its input
+#: rows are asked for (0: none); `panel_ahead`: whether a stencil's parallel iteration
+#: asks for the next one's weight panel; `prefetch_panel`: the largest weight panel (bytes)
+#: asked for ahead of the next parallel iteration.
+HINTS: Mapping[str, str] = MappingProxyType(
+    {"input_ahead": "int", "panel_ahead": "bool", "prefetch_panel": "int"}
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,17 @@ class Schedule:
     kernel: Kernel
     body: tuple[Node, ...]
     trace: tuple[Step, ...] = ()
+
+    @property
+    def hints(self) -> Mapping[str, Any]:
+        """The codegen hints over the target's defaults (`HINTS`) that the trace's `hint`
+        steps recorded, a later one over an earlier (read from the trace, which every
+        step keeps, so no step can drop them). They never change a value."""
+        found: dict[str, Any] = {}
+        for step in self.trace:
+            if step.kind == "hint":
+                found.update(step.args)
+        return MappingProxyType(found)
 
     # --- queries --------------------------------------------------------------------
     def loops(self) -> Iterator[tuple[Loop, tuple[Loop, ...]]]:

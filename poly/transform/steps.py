@@ -3,8 +3,8 @@ to the trace. Each checks legality against the kernel's dependences and raises
 `IllegalSchedule` naming the step and the dependence it would break.
 
 Steps: split, tile, reorder, fuse, compute_at, reverse_compute_at, decompose_reduction,
-parallel, vectorize, unroll, and pack (a constant or input tensor into a blocked layout,
-`poly.pack`).
+parallel, vectorize, unroll, pack (a constant or input tensor into a blocked layout,
+`poly.pack`), and hint (codegen hints: the machine-dependent choices of one kernel).
 `replay` re-applies a trace to a kernel's initial schedule.
 """
 
@@ -23,6 +23,7 @@ from polytile.poly.ast.check import verify_ast
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import (
+    HINTS,
     Leaf,
     Loop,
     Node,
@@ -430,6 +431,24 @@ def unroll(schedule: Schedule, loop: str) -> Schedule:
     return _annotate(schedule, loop, "unroll")
 
 
+def hint(schedule: Schedule, **hints: int | bool) -> Schedule:
+    """Record codegen hints for the kernel (`poly.ir.schedule.HINTS`: prefetch distances
+    and windows), which codegen applies over the target's defaults. Always legal: a hint
+    changes which lines are asked for early, never a value or the loop tree. A later
+    hint of the same name overrides an earlier one."""
+    if not hints:
+        raise IllegalSchedule("hint: give at least one of " + ", ".join(HINTS))
+    for name, value in hints.items():
+        if name not in HINTS:
+            raise IllegalSchedule(f"hint: unknown hint '{name}' (known: {', '.join(HINTS)})")
+        if not _fits(value, HINTS[name]) or (HINTS[name] == "int" and value < 0):
+            raise IllegalSchedule(
+                f"hint: '{name}' must be {_KINDS[HINTS[name]]}, got {value!r}"
+                + (" (at least 0)" if HINTS[name] == "int" else "")
+            )
+    return schedule.with_step(schedule.body, Step("hint", dict(sorted(hints.items()))))
+
+
 # --- traces ------------------------------------------------------------------------------
 
 STEPS: Mapping[str, Callable[..., Schedule]] = {
@@ -446,6 +465,7 @@ STEPS: Mapping[str, Callable[..., Schedule]] = {
     "pack": lambda s, a: pack(s, a["tensor"], a["axis"], a["factor"]),
     "rfactor": lambda s, a: rfactor(s, a["stmt"], a["dim"], a["factor"]),
     "inline": lambda s, a: inline_statement(s, a["stmt"]),
+    "hint": lambda s, a: hint(s, **a),
 }
 
 
@@ -465,8 +485,11 @@ STEP_ARGS: Mapping[str, Mapping[str, str]] = {
     "pack": {"tensor": "name", "axis": "int", "factor": "int"},
     "rfactor": {"stmt": "name", "dim": "name", "factor": "int"},
     "inline": {"stmt": "name"},
+    "hint": HINTS,
 }
 assert set(STEP_ARGS) == set(STEPS), "every step kind needs its argument spec"
+#: steps whose arguments are each optional (a hint names only the choices it sets)
+OPTIONAL_ARGS = frozenset({"hint"})
 
 
 _KINDS = {
@@ -474,6 +497,7 @@ _KINDS = {
     "int": "an integer",
     "names": "a list of names",
     "ints": "a list of integers",
+    "bool": "true or false",
 }
 
 
@@ -483,6 +507,8 @@ def _fits(value: Any, kind: str) -> bool:
 
     if kind == "name":
         return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
     if kind == "int":
         return integer(value)
     if not isinstance(value, tuple | list):
@@ -500,6 +526,8 @@ def apply_step(schedule: Schedule, step: Step) -> Schedule:
     expected = STEP_ARGS[step.kind]
     for name, kind in expected.items():
         if name not in step.args:
+            if step.kind in OPTIONAL_ARGS:
+                continue
             raise IllegalSchedule(f"step '{step.kind}' lacks its argument '{name}'")
         if not _fits(step.args[name], kind):
             raise IllegalSchedule(

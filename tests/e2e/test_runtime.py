@@ -32,14 +32,7 @@ from polytile.codegen.module import (
     prefetch_targets,
 )
 from polytile.codegen.plan import ALIGN, Lifetime, plan_memory
-from polytile.codegen.target import (
-    ROWS_AHEAD,
-    host,
-    panel_bytes,
-    panels_ahead,
-    prefetches_weights,
-    rows_ahead,
-)
+from polytile.codegen.target import LARGE_L2, ROWS_AHEAD, host, machine_defaults
 from polytile.errors import InputError, ModelError
 from polytile.poly.ir.buffers import aligned_block, aligned_empty
 from polytile.runtime import ALIGNED_OUTPUT_BYTES
@@ -210,7 +203,7 @@ def test_each_call_fetches_the_next_calls_largest_constant_ahead() -> None:
 def test_a_target_that_leaves_prefetching_to_the_hardware_has_no_window(block) -> None:
     """`Target.prefetch_weights` off: no kernel asks for the window's lines (locality 1)
     and the entry never points it anywhere; the results are the same. `host()` turns it
-    on for the CPUs where it was measured to pay (`PREFETCH_WEIGHTS_CPUS`)."""
+    on for cores whose L2 is below `LARGE_L2`, where it was measured to pay."""
     model, _ = block
     feeds = {"x": RNG.standard_normal((1, 8, 10, 12)).astype(np.float32)}
     (want,) = ort_run(model, feeds)
@@ -224,35 +217,40 @@ def test_a_target_that_leaves_prefetching_to_the_hardware_has_no_window(block) -
         assert asked is window
         if not window:
             assert not any(re.search(r"store ptr [^\n]*polytile_prefetch_at", t) for t in texts)
-    assert prefetches_weights("znver3") and prefetches_weights("znver5")
-    assert not prefetches_weights("rocketlake") and not prefetches_weights("skylake-avx512")
+    assert machine_defaults(512 << 10).prefetch_weights
+    assert machine_defaults(1 << 20).prefetch_weights
+    assert not machine_defaults(2 << 20).prefetch_weights
+    assert host().prefetch_weights is machine_defaults(host().l2_bytes).prefetch_weights
 
 
-def test_the_panel_fetched_ahead_is_half_of_l2_where_that_was_measured() -> None:
-    """`Target.prefetch_panel`: 64 KB on the Zen CPUs, where larger panels did not pay;
-    half of L2 elsewhere, so that the next panel fits beside the one in use."""
-    assert panel_bytes("znver5", 1 << 20) == panel_bytes("znver3", 1 << 19) == 1 << 16
-    assert panel_bytes("rocketlake", 2 << 20) == 1 << 20
-    assert panel_bytes("skylake-avx512", 1 << 20) == 1 << 19
-    assert host().prefetch_panel == panel_bytes(host().cpu, host().l2_bytes)
+def test_the_panel_fetched_ahead_is_half_of_a_large_l2() -> None:
+    """`Target.prefetch_panel`: 64 KB below `LARGE_L2` (512 KiB and 1 MiB cores), where
+    larger panels did not pay; half of a larger L2, so that the next panel fits beside
+    the one in use."""
+    assert LARGE_L2 == 2 << 20
+    assert machine_defaults(1 << 20).prefetch_panel == 1 << 16
+    assert machine_defaults(512 << 10).prefetch_panel == 1 << 16
+    assert machine_defaults(2 << 20).prefetch_panel == 1 << 20
+    assert machine_defaults(4 << 20).prefetch_panel == 2 << 20
+    assert host().prefetch_panel == machine_defaults(host().l2_bytes).prefetch_panel
 
 
-def test_input_rows_are_fetched_ahead_on_the_intel_server_cores() -> None:
-    """`Target.input_ahead`: 16 steps on the Intel AVX-512 cores, where it was measured
-    to pay (and the server parts that share their caches' design); elsewhere the rows
-    are left to the hardware."""
+def test_input_rows_are_fetched_ahead_on_cores_with_a_large_l2() -> None:
+    """`Target.input_ahead`: 16 steps on cores with `LARGE_L2` or more, where it was
+    measured to pay; below it the rows are left to the hardware."""
     assert ROWS_AHEAD == 16
-    assert rows_ahead("rocketlake") == rows_ahead("sapphirerapids") == ROWS_AHEAD
-    assert rows_ahead("znver4") == rows_ahead("generic") == rows_ahead("neoverse-v2") == 0
-    assert host().input_ahead == rows_ahead(host().cpu)
+    assert machine_defaults(2 << 20).input_ahead == machine_defaults(3 << 20).input_ahead == 16
+    assert machine_defaults(1 << 20).input_ahead == machine_defaults(256 << 10).input_ahead == 0
+    assert host().input_ahead == machine_defaults(host().l2_bytes).input_ahead
 
 
-def test_stencil_weight_panels_are_fetched_ahead_on_the_intel_server_cores() -> None:
-    """`Target.panel_ahead`: on the Intel AVX-512 cores where it was measured to pay (and
-    their server siblings), not elsewhere; `host()` follows it."""
-    assert panels_ahead("rocketlake") and panels_ahead("icelake-server")
-    assert not panels_ahead("znver5") and not panels_ahead("generic")
-    assert host().panel_ahead is panels_ahead(host().cpu)
+def test_stencil_weight_panels_are_fetched_ahead_on_cores_with_a_large_l2() -> None:
+    """`Target.panel_ahead`: on cores with `LARGE_L2` or more, where it was measured to
+    pay, not below it; `host()` follows its own L2."""
+    assert machine_defaults(2 << 20).panel_ahead
+    assert not machine_defaults((2 << 20) - 1).panel_ahead
+    assert not machine_defaults(1 << 20).panel_ahead
+    assert host().panel_ahead is machine_defaults(host().l2_bytes).panel_ahead
 
 
 def exp_model() -> onnx.ModelProto:
