@@ -72,6 +72,29 @@ BORROW = 2
 PRETRAIN = 256
 #: built candidates kept per task (mutations revisit decisions; schedules hold isl text)
 BUILT_CACHE = 1024
+#: the relative fall of the estimated model latency that counts as progress for early
+#: stopping: timing noise alone should not keep a tune alive
+MIN_GAIN = 0.002
+
+
+@dataclass
+class EarlyStop:
+    """tvmc's `--early-stopping N`: the tune ends once the model's estimated latency
+    (Σ weight × each task's best) has not fallen by `MIN_GAIN` during the last `trials`
+    trials. Until every task has its baseline the estimate is unknown and nothing stops."""
+
+    trials: int
+    best: float = float("inf")
+    at: int = 0
+
+    def stop(self, estimate: float, used: int) -> bool:
+        if estimate == float("inf"):
+            self.at = used
+            return False
+        if estimate < self.best * (1 - MIN_GAIN):
+            self.best, self.at = estimate, used
+            return False
+        return used - self.at >= self.trials
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,8 @@ class TuneResult:
     seconds: float
     #: the in-model re-ranking after the search (None when it did not run)
     validation: Validation | None = None
+    #: whether the search ended early: the estimate stopped improving (`EarlyStop`)
+    stopped_early: bool = False
 
     def estimated_ms(self, tuned: bool) -> float:
         """Σ weight × kernel latency: the model's latency as the tasks add it up."""
@@ -172,7 +197,9 @@ class TuneResult:
             )
         lines.append(
             f"estimated model latency: default {self.estimated_ms(False):.3f} ms → "
-            f"tuned {self.estimated_ms(True):.3f} ms ({self.trials} trials, {self.seconds:.0f} s)"
+            f"tuned {self.estimated_ms(True):.3f} ms ({self.trials} trials, {self.seconds:.0f} s"
+            + (", stopped early: no progress" if self.stopped_early else "")
+            + ")"
         )
         if self.validation is not None and self.validation.tasks:
             lines.append(self.validation.table())
@@ -387,6 +414,11 @@ class Tuner:
         optimistic = min(-latency / trials, BETA * state.task.flops / speed - latency)
         return state.task.weight * (ALPHA * slope + (1 - ALPHA) * optimistic)
 
+    def estimate(self) -> float:
+        """The model's latency as its tasks add up: Σ weight × best (inf before every task
+        has been measured)."""
+        return sum(s.task.weight * s.latency for s in self.states)
+
     def next_task(self) -> TaskState | None:
         live = [s for s in self.states if not s.done]
         if not live:
@@ -484,6 +516,7 @@ def tune(
     start_from_default: bool = True,
     validation: ValidateConfig | None = None,
     compile_model: Callable[..., CompiledModel] | None = None,
+    early_stopping: int | None = None,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. Then, with
@@ -496,9 +529,13 @@ def tune(
     ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
     the evolutionary population start from samples only (an ablation). Validation
     compiles the model with `compile_model` (`polytile.compile`, which `polytile.tune`
-    passes: the compiler is a later stage than the search)."""
+    passes: the compiler is a later stage than the search). With `early_stopping` N the
+    search ends once the estimated model latency has not improved during N trials
+    (`EarlyStop`); validation still follows."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
+    if early_stopping is not None and early_stopping < 1:
+        raise InputError(f"tune: early_stopping must be at least 1 trial, got {early_stopping}")
     if validation is not None and compile_model is None:
         raise InputError(
             "tune: in-model validation compiles the model: pass compile_model "
@@ -549,6 +586,8 @@ def tune(
         from tqdm import tqdm
 
         bar = tqdm(total=search, desc="tune", unit="trial")
+    plateau = EarlyStop(early_stopping) if early_stopping is not None else None
+    stopped = False
     with Measurer(target, tuner.measure_config) as measurer:
         while used < search:
             if time_budget is not None and time.perf_counter() - start > time_budget:
@@ -561,6 +600,9 @@ def tune(
             if bar is not None:
                 bar.update(len(done))
                 bar.set_postfix(task=state.task.index, best_ms=f"{state.latency * 1e3:.3f}")
+            if plateau is not None and plateau.stop(tuner.estimate(), used):
+                stopped = True
+                break
     if bar is not None:
         bar.close()
     if cost_model is not None and isinstance(tuner.model, GBModel):
@@ -575,4 +617,5 @@ def tune(
             budget=trials - used,
         )  # fmt: skip
         used += checked.trials
-    return replace(tuner.summary(time.perf_counter() - start, used), validation=checked)
+    summary = tuner.summary(time.perf_counter() - start, used)
+    return replace(summary, validation=checked, stopped_early=stopped)

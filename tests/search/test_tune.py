@@ -335,3 +335,45 @@ def test_a_task_tries_the_best_decisions_of_its_kind_from_the_other_tasks(
     second.add(Record(second.task.key, {}, tuple(wanted.trace), (1e-3,)), wanted.decisions, None)
     assert tuner._borrowed(second) == []
     assert trace_key(wanted.trace) not in [trace_key(c.trace) for c in tuner.propose(second, 6)]
+
+
+def test_early_stop_waits_for_an_estimate_then_for_progress() -> None:
+    from polytile.search.tune import MIN_GAIN, EarlyStop
+
+    stop = EarlyStop(trials=4)
+    assert not stop.stop(float("inf"), 3)  # a task without its baseline yet
+    assert not stop.stop(1.0, 6) and not stop.stop(1.0, 9)
+    assert stop.stop(1.0, 10)  # four trials after the first estimate, none better
+    stop = EarlyStop(trials=4)
+    assert not stop.stop(1.0, 2)
+    assert not stop.stop(1.0 * (1 - MIN_GAIN / 2), 5)  # noise is not progress
+    assert not stop.stop(0.9, 6)  # progress: four more trials from here
+    assert not stop.stop(0.9, 9) and stop.stop(0.9, 10)
+
+
+def test_tune_stops_early_when_no_candidate_improves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every candidate timed as slow as the default: the search ends `early_stopping`
+    trials after every task has its estimate, far below its budget, and says so."""
+    from dataclasses import replace
+
+    from polytile.search.measure import Measurer
+
+    real = Measurer.measure
+
+    def flat(self: Measurer, *args: object, **kwargs: object) -> list:
+        records = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        return [replace(r, latencies=(1e-3,)) if r.ok else r for r in records]
+
+    monkeypatch.setattr(Measurer, "measure", flat)
+    path = tmp_path / "r.jsonl"
+    result = tune(
+        model(), trials=60, records=str(path), seed=0, batch=3, progress=False, early_stopping=4
+    )
+    tasks = len(result.tasks)
+    assert result.stopped_early and "stopped early" in result.table()
+    # the warm-up gives every task a round of 3; then rounds until 4 trials without progress
+    assert result.trials == len(RecordFile(path).read()) <= 3 * tasks + 6 < 60
+    with pytest.raises(InputError, match="early_stopping"):
+        tune(model(), trials=6, records=str(path), progress=False, early_stopping=0)
