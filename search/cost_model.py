@@ -27,10 +27,15 @@ Features (one row per candidate; all from the schedule's loop tree and the kerne
 | `log_intensity[d]` | instances per element touched (reuse at that level) |
 | `stride0`, `stride1` | accesses still / moving one element along the innermost loop (isl) |
 | `stride_small`, `stride_far` | accesses moving 2–16 elements / further or irregularly |
+| `input_ahead` | reduction steps ahead input rows are asked for (codegen hints) |
+| `log_panel` | log2 of the largest weight panel asked for ahead of the next iteration |
+| `panel_ahead` | whether a stencil asks for its next weight panel (0 / 1) |
 
 The main statement is the kernel's largest reduction (else its last statement).
 Features come from the schedule alone (not from the sampler's decisions), so any record's
-trace can be replayed and featurized: the model pre-trains from existing records.
+trace can be replayed and featurized: the model pre-trains from existing records. The
+prefetch features are the schedule's hints over the target's defaults (the values codegen
+uses), this machine's unless the caller names them.
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ import math
 import os
 import pickle
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from polytile.codegen.target import l2_bytes, machine_defaults
 from polytile.errors import TuningError
 from polytile.poly.analysis.footprint import footprints, innermost_strides
 from polytile.poly.default.schedule import main_statement
@@ -54,7 +61,7 @@ from polytile.poly.transform import steps as T
 
 Rows = Sequence[Sequence[float]]
 #: the saved model's format (features and their order); bump when they change
-MODEL_FORMAT = 2
+MODEL_FORMAT = 3
 #: fewer measured candidates than this: the models score at random
 MIN_ROWS = 8
 #: training pairs (within a task) and reference rows of the ranking model
@@ -151,15 +158,30 @@ def stride_features(schedule: Schedule, main: str) -> list[float]:
     return counts
 
 
-def trace_features(schedule: Schedule) -> list[float]:
+def hint_features(schedule: Schedule, defaults: Mapping[str, Any] | None = None) -> list[float]:
+    """The prefetch choices codegen makes for the schedule: its hints over `defaults`
+    (a target's `MachineChoices` as a mapping; else this machine's)."""
+    if defaults is None:
+        defaults = asdict(machine_defaults(l2_bytes()))
+    choices = {**defaults, **schedule.hints}
+    return [
+        float(choices["input_ahead"]),
+        _log2(float(choices["prefetch_panel"])),
+        float(bool(choices["panel_ahead"])),
+    ]
+
+
+def trace_features(schedule: Schedule, defaults: Mapping[str, Any] | None = None) -> list[float]:
     """The feature row of a schedule: its main statement (the largest reduction, as
     the poly layer picks it, so rfactored kernels are described by their partial
-    results) seen through the loop tree, its tile footprints and its strides."""
+    results) seen through the loop tree, its tile footprints and its strides, and the
+    prefetch choices codegen makes for it (`hint_features`, over `defaults`)."""
     main = main_statement(schedule.kernel).name
     return (
         schedule_features(schedule, main)
         + footprint_features(schedule, main)
         + stride_features(schedule, main)
+        + hint_features(schedule, defaults)
     )
 
 

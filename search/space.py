@@ -13,9 +13,11 @@ vectorized and how wide, up to two register-blocked loops, reduction tile, outer
 which loop's tiles go outermost, where the epilogue goes, unroll, how many outer loops
 run in parallel, and for each elementwise / injective statement writing a temporary
 whether it is inlined into its readers — recomputed there — or materialized,
-`inline:<statement>`), sampled at random with a structural hint (the conv plan of
-`poly.default`: channels in vectors, rows in registers; for a 1×1 conv whose pixels
-stream, that or the pixels in vectors, half and half) or mutated from a parent;
+`inline:<statement>`, and for a register-tiled reduction the prefetch choices codegen
+makes for it, named as `poly.ir.schedule.HINTS`, by default the target's), sampled at
+random with a structural hint (the conv plan of `poly.default`: channels in vectors,
+rows in registers; for a 1×1 conv whose pixels stream, that or the pixels in vectors,
+half and half) or mutated from a parent;
 building it applies the transformations, each checked by the poly layer, and records
 the trace. A decision that would be illegal is dropped (that step is skipped), so every
 candidate is a legal, replayable trace before anything is measured. `default_decisions`
@@ -23,7 +25,9 @@ is the sketch's version of the default schedule (epilogue chains inlined, prolog
 materialized): the evolutionary search starts from it.
 
 Inlining rewrites the kernel, so its steps come first in the trace (after rfactor, which
-must be first): the loops of the statements that remain keep their names.
+must be first): the loops of the statements that remain keep their names. A prefetch
+choice other than the target's becomes one `hint` step, last: under the default choices
+the trace is the default schedule's, as before those decisions existed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from polytile.codegen.target import MachineChoices, machine_defaults
 from polytile.errors import IllegalSchedule
 from polytile.poly.default.conv import conv_plan, panel_chunk, row_tiles, rows_first
 from polytile.poly.default.schedule import (
@@ -66,7 +71,7 @@ from polytile.poly.default.steps import (
 )
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.kernel import Kernel, Role
-from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.ir.schedule import HINTS, Loop, Schedule, initial_schedule, statements_below
 from polytile.poly.transform import steps as T
 from polytile.poly.transform.inline import inline, inline_statement
 from polytile.poly.transform.rfactor import rfactor
@@ -91,6 +96,10 @@ MAX_BLOCK = 16
 HINT = 0.7
 #: the decision key of inlining a statement
 INLINE = "inline:"
+#: options of the prefetch choices (`HINTS`) besides the target's own and half of L2:
+#: reduction steps ahead input rows are asked for, the largest weight panel (bytes)
+INPUT_AHEAD = (0, 8, 16, 24)
+PREFETCH_PANELS = (0, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
 
 
 @dataclass(frozen=True)
@@ -112,12 +121,15 @@ class SearchSpace:
         lanes: int = 16,
         threads: int = 2,
         config: DefaultConfig | None = None,
+        machine: MachineChoices | None = None,
     ) -> None:
         """`config`: the default schedules' settings on the target (its lanes, threads
         and L2), which the sketch's default decisions follow; else built from `lanes`
-        and `threads`."""
+        and `threads`. `machine`: the target's prefetch choices, the defaults of the
+        `HINTS` decisions; else those of its L2 (`codegen.target.machine_defaults`)."""
         self.kernel = kernel
         self.config = config or DefaultConfig(vector_width=lanes, threads=threads)
+        self.machine = machine or machine_defaults(self.config.cache_bytes)
         self.lanes = self.config.vector_width
         self.main = main_statement(kernel)
         base = initial_schedule(kernel)
@@ -186,7 +198,26 @@ class SearchSpace:
             "parallel_depth": (None, 1, 2, 3),
             "rfactor": (0, *long) if little else (0,),
             **{f"{INLINE}{s}": (False, True) for s in self.inlinable},
+            **self._hint_choices(),
         }
+
+    def _hint_choices(self) -> dict[str, tuple[Any, ...]]:
+        """The prefetch choices that matter (`codegen.prefetch` reads them in register
+        tiles): rows ahead, the panel size where the kernel reads constants, the next
+        stencil panel (over two or more reduced dimensions) where the target fetches no
+        weights across kernels (else its window holds them). With the target's values."""
+        if not self.main.reduction or not self.spatial:
+            return {}
+        m = self.machine
+        found: dict[str, tuple[Any, ...]] = {
+            "input_ahead": tuple(sorted({*INPUT_AHEAD, m.input_ahead}))
+        }
+        if any(t.role is Role.CONSTANT for t in self.kernel.tensors.values()):
+            half = self.config.cache_bytes // 2
+            found["prefetch_panel"] = tuple(sorted({*PREFETCH_PANELS, half, m.prefetch_panel}))
+            if len(self.reduce) >= 2 and not m.prefetch_weights:
+                found["panel_ahead"] = (False, True)
+        return found
 
     def choices(self) -> dict[str, tuple[Any, ...]]:
         """Every decision's options (loops that cannot be split are left out)."""
@@ -256,6 +287,7 @@ class SearchSpace:
             "parallel_depth": None,
             "rfactor": 0,
             **{f"{INLINE}{s}": s in chained for s in self.inlinable},
+            **{k: getattr(self.machine, k) for k in HINTS if k in self._choices},
         }
         if self.plan is not None:
             d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
@@ -344,7 +376,7 @@ class SearchSpace:
                 for node in list(factored.body):
                     if isinstance(node, Loop):
                         factored = self._simple(factored, node.name, decisions)
-                return Candidate(dict(decisions), factored)
+                return Candidate(dict(decisions), self._hint(factored, decisions))
         schedule = self._inline(schedule, decisions, 0)
         if main.reduction and self.spatial:
             schedule = self._reduction(schedule, decisions)
@@ -360,7 +392,12 @@ class SearchSpace:
                 schedule = self._simple(schedule, node.name, decisions, lanes)
         if not main.reduction or not self.spatial:
             schedule = self._simple_main(schedule, decisions)
-        return Candidate(dict(decisions), schedule)
+        return Candidate(dict(decisions), self._hint(schedule, decisions))
+
+    def _hint(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
+        """The prefetch decisions other than the target's, as one `hint` step."""
+        hints = {k: d[k] for k in HINTS if k in self._choices and d[k] != self._default[k]}
+        return T.hint(schedule, **hints) if hints else schedule
 
     def _inline(self, schedule: Schedule, d: Mapping[str, Any], start: int) -> Schedule:
         """The chosen statements inlined, in program order (an inline that a previous one

@@ -11,15 +11,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.codegen.native import NativeKernel
+from polytile.codegen.target import machine_defaults
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.ir.kernel import Kernel, Role
-from polytile.poly.ir.schedule import Schedule
+from polytile.poly.ir.schedule import HINTS, Schedule
 from polytile.poly.oracle.interp import run_schedule
 from polytile.poly.oracle.reference import run_program_order
 from polytile.poly.transform import steps as T
 from polytile.poly.transform.flatten import flatten_planes
 from polytile.poly.transform.steps import replay
+from polytile.search.cost_model import trace_features
 from polytile.search.space import SearchSpace
 
 RNG = np.random.default_rng(0)
@@ -401,3 +403,48 @@ def test_decisions_without_inlining_complete_to_materialized() -> None:
     d = space.complete(json.loads(json.dumps({**old, pad: True})))
     assert d[pad] is True
     assert any(s["kind"] == "inline" for s in space.build(d).trace)
+
+
+def test_prefetch_choices_default_to_the_targets_and_matter_only_in_reductions() -> None:
+    """The prefetch decisions (codegen hints) of a register-tiled reduction default to
+    the target's choices (`machine_defaults` of its L2), so the default decisions add no
+    step; a kernel without a reduction has none; a stencil (a 3x3 conv) may fetch its
+    next panel only on a target whose window does not hold the next kernel's weights."""
+    small, large = DefaultConfig(vector_width=8), DefaultConfig(vector_width=8, cache_bytes=2 << 20)
+    for config in (small, large):
+        space = SearchSpace(PAD_CONV, config=config)
+        d, machine = space.default_decisions(), machine_defaults(config.cache_bytes)
+        assert {k: d[k] for k in HINTS if k in d} == {
+            k: getattr(machine, k) for k in HINTS if k in d
+        }
+        assert ("panel_ahead" in space.choices()) is not machine.prefetch_weights
+        assert all(s["kind"] != "hint" for s in space.build(d).trace)
+    assert not set(HINTS) & set(SearchSpace(KERNELS["elementwise"], lanes=8).choices())
+
+
+def test_a_sampled_prefetch_choice_is_a_hint_that_replays() -> None:
+    """A sample whose prefetch choices differ from the target's builds one `hint` step,
+    last, naming only those; the trace round-trips through JSON and replay to the same
+    schedule and hints, which the cost model's features see (rows of one length);
+    decisions of a record that predates the choices complete to the target's."""
+    space = SearchSpace(PAD_CONV, lanes=8)
+    default = space.default_decisions()
+    rng = random.Random(3)
+    d = next(
+        d
+        for d in (space.sample(rng) for _ in range(200))
+        if d["input_ahead"] != default["input_ahead"] and d["rfactor"] == 0
+    )
+    candidate = space.build(d)
+    changed = {k: d[k] for k in HINTS if k in d and d[k] != default[k]}
+    assert candidate.trace[-1] == {"kind": "hint", "args": changed}
+    assert sum(s["kind"] == "hint" for s in candidate.trace) == 1
+    again = replay(PAD_CONV, json.loads(json.dumps(candidate.trace)))
+    assert again.trace_json() == candidate.trace and again.body == candidate.schedule.body
+    assert dict(again.hints) == changed
+    plain = space.build(default).schedule
+    rows = [trace_features(s) for s in (plain, again)]
+    assert len(rows[0]) == len(rows[1])
+    assert rows[0][-3] == default["input_ahead"] and rows[1][-3] == d["input_ahead"]
+    old = {k: v for k, v in d.items() if k not in HINTS}
+    assert {k: space.complete(old)[k] for k in changed} == {k: default[k] for k in changed}
