@@ -5,6 +5,7 @@ test oracles, and no module is too long to read in one sitting."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -108,3 +109,23 @@ def test_no_module_over_the_limit(folder: str) -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+#: CPU model names (LLVM's, and the families they belong to): package code keys nothing
+#: to them, comments included; machine choices follow the target's parameters instead
+CPU_NAMES = re.compile(
+    r"znver|\bzen\b|rocketlake|rocket lake|skylake|icelake|ice lake|sapphirerapids|"
+    r"emeraldrapids|graniterapids|cascadelake|cooperlake|haswell|broadwell|alderlake|"
+    r"raptorlake|tigerlake|cannonlake|neoverse|cortex-a",
+    re.I,
+)
+
+
+def test_no_cpu_model_name_in_package_code() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in source_files().values()
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if CPU_NAMES.search(line)
+    ]
+    assert not found, "CPU model names in package code:\n" + "\n".join(found)
