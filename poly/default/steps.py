@@ -78,7 +78,7 @@ class DefaultConfig:
     def rows(self) -> int:
         """Rows of a register block; plans take twice that where the loop is long enough
         (`gemm_block`, `conv_plan`), at two vectors a row. With 32 registers 4: 16
-        accumulators. With 16 registers 3, as BLIS's 6x16 Haswell kernel: 12
+        accumulators. With 16 registers 3, as BLIS's 6x16 AVX2 kernel: 12
         accumulators, two operand vectors and a broadcast. With 4 the accumulators alone
         fill the 16 registers and spill."""
         if self.register_block is not None:
