@@ -17,16 +17,6 @@ from peers import one_node_model, ort_run, reference
 RNG = np.random.default_rng(24)
 
 
-def model(
-    node: onnx.NodeProto,
-    inputs: dict[str, np.ndarray],
-    outputs: dict[str, int],
-    consts: dict[str, np.ndarray] | None = None,
-    opset: int = 19,
-) -> onnx.ModelProto:
-    return one_node_model(node, inputs, outputs, consts, opset=opset, ir_version=9)
-
-
 # --- Resize antialias -----------------------------------------------------------------------
 
 
@@ -47,7 +37,7 @@ def test_resize_antialias_against_onnxruntime(mode: str, coordinates: str) -> No
         antialias=1,
         coordinate_transformation_mode=coordinates,
     )
-    m = model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"scales": scales})
+    m = one_node_model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"scales": scales})
     (got,) = pt.compile(m).run(feeds)
     (want,) = reference(m, feeds)
     assert got.shape == want.shape == (2, 3, 5, 6)
@@ -65,7 +55,7 @@ def test_resize_antialias_sizes_differs_from_plain_linear() -> None:
         node = helper.make_node(
             "Resize", ["x", "", "", "sizes"], ["y"], mode="linear", antialias=antialias
         )
-        m = model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"sizes": sizes})
+        m = one_node_model(node, feeds, {"y": onnx.TensorProto.FLOAT}, {"sizes": sizes})
         (got,) = pt.compile(m).run(feeds)
         np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-4)
         outputs.append(got)
@@ -96,7 +86,7 @@ def test_maxpool_indices_against_onnxruntime(case: str, storage_order: int) -> N
     shape, attrs = POOLS[case]
     x = RNG.integers(-3, 4, shape).astype(np.float32)
     node = helper.make_node("MaxPool", ["x"], ["y", "idx"], storage_order=storage_order, **attrs)
-    m = model(node, {"x": x}, {"y": 1, "idx": onnx.TensorProto.INT64}, opset=12)
+    m = one_node_model(node, {"x": x}, {"y": 1, "idx": onnx.TensorProto.INT64}, opset=12)
     got = pt.compile(m).run({"x": x})
     want = ort_run(m, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
@@ -109,7 +99,9 @@ def test_maxpool_indices_against_onnxruntime(case: str, storage_order: int) -> N
 def test_maxpool_indices_int8() -> None:
     x = RNG.integers(-128, 128, (2, 3, 7, 7)).astype(np.int8)
     node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[3, 3], strides=[2, 2])
-    m = model(node, {"x": x}, {"y": onnx.TensorProto.INT8, "idx": onnx.TensorProto.INT64}, opset=12)
+    m = one_node_model(
+        node, {"x": x}, {"y": onnx.TensorProto.INT8, "idx": onnx.TensorProto.INT64}, opset=12
+    )
     got = pt.compile(m).run({"x": x})
     want = ort_run(m, {"x": x})
     for g, w in zip(got, want, strict=True):

@@ -21,15 +21,18 @@ def model(
     outputs: dict[str, Sequence[int] | None],
     initializers: dict[str, np.ndarray] | None = None,
     opset: int = 17,
+    dtype: int = F32,
 ) -> onnx.ModelProto:
+    """A checked model of `nodes` whose inputs and outputs (None: left to onnx's shape
+    inference) have element type `dtype`."""
     graph = helper.make_graph(
         list(nodes),
         "crafted",
-        [helper.make_tensor_value_info(k, F32, list(v)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(k, dtype, list(v)) for k, v in inputs.items()],
         [
             helper.make_empty_tensor_value_info(k)
             if v is None
-            else helper.make_tensor_value_info(k, F32, list(v))
+            else helper.make_tensor_value_info(k, dtype, list(v))
             for k, v in outputs.items()
         ],
         initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],

@@ -21,6 +21,20 @@ def relu_model() -> onnx.ModelProto:
     return model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2, 3)}, {"y": (2, 3)})
 
 
+def reshape_by_input() -> onnx.ModelProto:
+    """Reshape 'rs' of a float [2, 3] input 'x' to the shape in int64 [2] input 'shape'."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")],
+        "rs",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_sources_path_bytes_and_proto(tmp_path: Path) -> None:
     m = relu_model()
     path = tmp_path / "relu.onnx"
@@ -166,13 +180,12 @@ def test_dynamic_shape_needs_input_shapes() -> None:
 
 
 def test_unsupported_dtype_names_the_input() -> None:
-    graph = helper.make_graph(
+    m = model(
         [helper.make_node("Identity", ["x"], ["y"])],
-        "str",
-        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+        {"x": [2]},
+        {"y": [2]},
+        dtype=TensorProto.STRING,
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match="input 'x'"):
         import_model(m)
 
@@ -186,13 +199,13 @@ def test_opset_out_of_range() -> None:
 
 def test_old_opset_without_changes_is_accepted() -> None:
     """A model at opset 1 whose ops did not change by opset 7 is the same model at 7."""
-    graph = helper.make_graph(
+    m = model(
         [helper.make_node("Not", ["x"], ["y"])],
-        "not",
-        [helper.make_tensor_value_info("x", TensorProto.BOOL, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.BOOL, [4])],
+        {"x": [4]},
+        {"y": [4]},
+        opset=1,
+        dtype=TensorProto.BOOL,
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 1)])
     assert import_model(m).types["y"].dtype == "bool"
 
 
@@ -203,16 +216,7 @@ def test_declared_output_shape_must_agree() -> None:
 
 
 def test_runtime_parameter_is_reported_and_can_be_bound() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")],
-        "rs",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = reshape_by_input()
     with pytest.raises(ShapeError, match=r"node 'rs' \(Reshape\).*compile-time constant"):
         import_model(m)
     assert parameter_inputs(m) == {"shape"}
@@ -236,16 +240,7 @@ def test_bad_input_shapes_are_input_errors(shape) -> None:
 
 
 def test_bad_bound_value_is_an_input_error() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
-        "rs",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = reshape_by_input()
     with pytest.raises(InputError, match="shape"):
         import_model(m, bind={"shape": "ab"})
 

@@ -51,15 +51,18 @@ def run_lowered(
 def check_lowered(
     m: onnx.ModelProto,
     inputs: dict[str, tuple[Shape, str]],
-    oracle: str,
-    rtol: float,
-    atol: float,
-    feeds: dict[str, np.ndarray],
+    oracle: str = "ort",
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    seed: int = 0,
+    feeds: dict[str, np.ndarray] | None = None,
     execute: Callable[[Kernel, dict[str, np.ndarray]], dict[str, np.ndarray]] = run_program_order,
     inspect: Callable[[Kernel], None] | None = None,
 ) -> list[Kernel]:
-    """The lowered kernels of `m` reproduce the oracle (shape, dtype, then values);
+    """The lowered kernels of `m` (run by `execute`, each seen by `inspect`) reproduce the
+    oracle (shape, dtype, then values) on `feeds` (seeded random ones by default);
     returns the kernels."""
+    feeds = feeds_for(inputs, seed) if feeds is None else feeds
     kernels: list[Kernel] = []
 
     def seen(kernel: Kernel) -> None:

@@ -11,6 +11,7 @@ the output). Each kernel also gets its dependences, default schedule and AST."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import islpy as isl
 import numpy as np
@@ -88,18 +89,8 @@ def inspect_kernel(kernel: Kernel) -> None:
     explain(default_schedule(kernel))
 
 
-def check(
-    m: onnx.ModelProto,
-    inputs: dict[str, tuple[Shape, str]],
-    oracle: str = "ort",
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
-    seed: int = 0,
-    feeds: dict[str, np.ndarray] | None = None,
-) -> list[Kernel]:
-    """The lowered kernels, executed with every access checked, reproduce the oracle."""
-    feeds = feeds_for(inputs, seed) if feeds is None else feeds
-    return check_lowered(m, inputs, oracle, rtol, atol, feeds, execute_checked, inspect_kernel)
+#: the lowered kernels, executed with every access checked, reproduce the oracle
+check = partial(check_lowered, execute=execute_checked, inspect=inspect_kernel)
 
 
 def ints(*values: int) -> np.ndarray:

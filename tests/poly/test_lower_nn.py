@@ -6,6 +6,8 @@ original model. Every kernel is also checked to load and store only inside its t
 
 from __future__ import annotations
 
+from functools import partial
+
 import islpy as isl
 import numpy as np
 import onnx
@@ -37,22 +39,29 @@ def assert_in_bounds(kernel: Kernel) -> None:
             assert access.range().is_subset(box), f"{s.name} accesses {name} out of bounds"
 
 
-def check(
-    m: onnx.ModelProto,
-    inputs: dict[str, tuple[Shape, str]],
-    oracle: str = "ort",
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-    seed: int = 0,
-) -> list[Kernel]:
-    """The lowered kernels reproduce the oracle; returns the kernels."""
-    feeds = feeds_for(inputs, seed)
-    return check_lowered(m, inputs, oracle, rtol, atol, feeds, inspect=assert_in_bounds)
+#: the lowered kernels, every access in bounds, reproduce the oracle
+check = partial(check_lowered, atol=1e-5, inspect=assert_in_bounds)
 
 
 F32 = "float32"
 
 # --- Conv -------------------------------------------------------------------------------------
+
+
+def conv_model(
+    op: str, case: dict, bias: bool
+) -> tuple[onnx.ModelProto, dict[str, tuple[Shape, str]]]:
+    """A model of one Conv or ConvTranspose node: input and weight shapes `x` and `w` and
+    the attributes from `case`, with a bias (one value per output channel) when `bias`."""
+    attrs = dict(case)
+    x, w = attrs.pop("x"), attrs.pop("w")
+    inputs = {"x": (x, F32), "w": (w, F32)}
+    if bias:
+        channels = w[0] if op == "Conv" else w[1] * attrs.get("group", 1)
+        inputs["b"] = ((channels,), F32)
+    node = helper.make_node(op, list(inputs), ["y"], **attrs)
+    return make([node], inputs, ["y"]), inputs
+
 
 CONV_CASES = {
     "plain": dict(x=(2, 3, 5, 5), w=(4, 3, 3, 3)),
@@ -79,19 +88,11 @@ CONV_CASES = {
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=list(CONV_CASES))
 def test_conv(case: str, bias: bool) -> None:
-    spec = dict(CONV_CASES[case])
-    x, w = spec.pop("x"), spec.pop("w")
-    inputs = {"x": (x, F32), "w": (w, F32)}
-    names = ["x", "w"]
-    if bias:
-        inputs["b"] = ((w[0],), F32)
-        names.append("b")
-    node = helper.make_node("Conv", names, ["y"], **spec)
-    kernels = check(make([node], inputs, ["y"]), inputs, rtol=1e-4)
-    (kernel,) = kernels
+    m, inputs = conv_model("Conv", CONV_CASES[case], bias)
+    (kernel,) = check(m, inputs, rtol=1e-4)
     reductions = [s for s in kernel.statements if s.reduction]
     assert len(reductions) == 1 and reductions[0].reduction == "sum"
-    rank = len(x) - 2
+    rank = len(CONV_CASES[case]["x"]) - 2
     assert len(reductions[0].reduction_dims) == 1 + rank  # input channel and the window
     init = next(s for s in kernel.statements if s.init_of == reductions[0].name)
     assert init.dims == reductions[0].dims[: 2 + rank]
@@ -151,15 +152,8 @@ CONV_TRANSPOSE_CASES = {
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("case", CONV_TRANSPOSE_CASES, ids=list(CONV_TRANSPOSE_CASES))
 def test_conv_transpose(case: str, bias: bool) -> None:
-    spec = dict(CONV_TRANSPOSE_CASES[case])
-    x, w = spec.pop("x"), spec.pop("w")
-    inputs = {"x": (x, F32), "w": (w, F32)}
-    names = ["x", "w"]
-    if bias:
-        inputs["b"] = ((w[1] * spec.get("group", 1),), F32)
-        names.append("b")
-    node = helper.make_node("ConvTranspose", names, ["y"], **spec)
-    (kernel,) = check(make([node], inputs, ["y"]), inputs, rtol=1e-4)
+    m, inputs = conv_model("ConvTranspose", CONV_TRANSPOSE_CASES[case], bias)
+    (kernel,) = check(m, inputs, rtol=1e-4)
     assert [s.reduction for s in kernel.statements] == [None, "sum"]
 
 
