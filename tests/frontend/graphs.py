@@ -77,11 +77,35 @@ def weights(seed: int, *shapes: Sequence[int]) -> list[np.ndarray]:
     return [rng.standard_normal(s).astype(np.float32) for s in shapes]
 
 
-def bn_params(channels: int, seed: int = 1) -> list[np.ndarray]:
+def batch_norm(
+    x: str, y: str, channels: int, seed: int = 1
+) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:
+    """A BatchNormalization of `x` into `y` and its random constants (scale 's', shift
+    't', mean 'm', variance 'v', one value per channel)."""
     rng = np.random.default_rng(seed)
-    return [
-        rng.uniform(0.5, 1.5, channels).astype(np.float32),
-        rng.normal(0, 0.1, channels).astype(np.float32),
-        rng.normal(0, 0.1, channels).astype(np.float32),
-        rng.uniform(0.5, 1.5, channels).astype(np.float32),
+    params = {
+        "s": rng.uniform(0.5, 1.5, channels).astype(np.float32),
+        "t": rng.normal(0, 0.1, channels).astype(np.float32),
+        "m": rng.normal(0, 0.1, channels).astype(np.float32),
+        "v": rng.uniform(0.5, 1.5, channels).astype(np.float32),
+    }
+    return helper.make_node("BatchNormalization", [x, *params], [y]), params
+
+
+def batch_flatten_chain(x: str, out: str) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    """The nodes and constants of the shape chain exporters write to flatten `x` to
+    (batch, -1) into `out`: Shape → Gather(0) 'batch' → Unsqueeze → Concat with -1 →
+    Reshape."""
+    nodes = [
+        helper.make_node("Shape", [x], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", [x, "target"], [out]),
     ]
+    inits = {
+        "zero": np.array(0, np.int64),
+        "axes": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64),
+    }
+    return nodes, inits

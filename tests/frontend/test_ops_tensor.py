@@ -20,6 +20,7 @@ from polytile.frontend.importer import import_model
 from polytile.frontend.onnx_io import export_model
 from polytile.frontend.passes import fold_constants
 
+from graphs import batch_flatten_chain
 from node_cases import cases_for, feeds_of
 
 F32 = TensorProto.FLOAT
@@ -453,18 +454,7 @@ def test_constant_string_is_unsupported() -> None:
 
 def test_shape_chain_gives_reshape_a_static_shape() -> None:
     """Shape → Gather → Unsqueeze → Concat of a graph input's shape feeds a Reshape."""
-    nodes = [
-        helper.make_node("Shape", ["x"], ["shape"]),
-        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
-        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
-        helper.make_node("Concat", ["batch1", "minus1"], ["target"], axis=0),
-        helper.make_node("Reshape", ["x", "target"], ["y"]),
-    ]
-    inits = {
-        "zero": np.array(0, np.int64),
-        "axes": np.array([0], np.int64),
-        "minus1": np.array([-1], np.int64),
-    }
+    nodes, inits = batch_flatten_chain("x", "y")
     m = make(nodes, {"x": ((3, 4, 5), F32)}, {"y": F32}, 17, inits)
     graph = roundtrip(m, {"x": data(3, 4, 5)})
     assert graph.types["y"].shape == (3, 20)

@@ -11,7 +11,7 @@ from polytile.errors import InputError
 from polytile.frontend import PASSES, OptimizeConfig, import_model, optimize
 from polytile.frontend.passes import verify_graph
 
-from graphs import assert_same, bn_params, model, weights
+from graphs import assert_same, batch_flatten_chain, batch_norm, model, weights
 
 
 def each_prefix(m):  # noqa: ANN201
@@ -28,13 +28,13 @@ def each_prefix(m):  # noqa: ANN201
 
 def conv_bn_relu():  # noqa: ANN201
     w, b = weights(0, (8, 3, 3, 3), (8,))
+    bn, inits = batch_norm("c", "n", 8)
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        bn,
         helper.make_node("Relu", ["n"], ["y"]),
     ]
-    s, t, mu, var = bn_params(8)
-    inits = {"w": w, "b": b, "s": s, "t": t, "m": mu, "v": var}
+    inits |= {"w": w, "b": b}
     return model(nodes, {"x": (1, 3, 8, 8)}, {"y": (1, 8, 8, 8)}, inits)
 
 
@@ -54,22 +54,18 @@ def test_batchnorm_versions_fold(opset: int) -> None:
 def test_scale_and_shift_chain_folds_into_conv() -> None:
     """Inception-v2's Conv → BN → Mul → Add (Caffe Scale) becomes one Conv."""
     (w,) = weights(0, (4, 2, 3, 3))
-    s, t, mu, var = bn_params(4)
+    bn, inits = batch_norm("c", "n", 4)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
-        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        bn,
         helper.make_node("Unsqueeze", ["g", "axes"], ["g3"]),
         helper.make_node("Mul", ["n", "g3"], ["p"]),
         helper.make_node("Unsqueeze", ["h", "axes"], ["h3"]),
         helper.make_node("Add", ["p", "h3"], ["q"]),
         helper.make_node("Relu", ["q"], ["y"]),
     ]
-    inits = {
+    inits |= {
         "w": w,
-        "s": s,
-        "t": t,
-        "m": mu,
-        "v": var,
         "g": np.full(4, 1.5, np.float32),
         "h": np.arange(4, dtype=np.float32),
         "axes": np.array([1, 2], np.int64),
@@ -80,34 +76,29 @@ def test_scale_and_shift_chain_folds_into_conv() -> None:
 
 def test_batchnorm_on_shared_conv_output_is_not_folded() -> None:
     (w,) = weights(0, (4, 2, 1, 1))
-    s, t, mu, var = bn_params(4)
+    bn, inits = batch_norm("c", "n", 4)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
-        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        bn,
         helper.make_node("Add", ["n", "c"], ["y"]),
     ]
-    inits = {"w": w, "s": s, "t": t, "m": mu, "v": var}
+    inits["w"] = w
     graph = each_prefix(model(nodes, {"x": (1, 2, 4, 4)}, {"y": None}, inits))
     assert graph.op_counts() == {"Conv": 1, "Mul": 1, "Add": 2}
 
 
 def test_batchnorm_folds_into_gemm() -> None:
     a, b = weights(0, (6, 16), (6,))
-    s, t, mu, var = bn_params(6)
-    nodes = [
-        helper.make_node("Gemm", ["x", "a", "b"], ["g"], transB=1, alpha=0.5, beta=2.0),
-        helper.make_node("BatchNormalization", ["g", "s", "t", "m", "v"], ["y"]),
-    ]
-    inits = {"a": a, "b": b, "s": s, "t": t, "m": mu, "v": var}
+    bn, inits = batch_norm("g", "y", 6)
+    nodes = [helper.make_node("Gemm", ["x", "a", "b"], ["g"], transB=1, alpha=0.5, beta=2.0), bn]
+    inits |= {"a": a, "b": b}
     graph = each_prefix(model(nodes, {"x": (3, 16)}, {"y": None}, inits))
     assert graph.op_counts() == {"Gemm": 1}
 
 
 def test_standalone_batchnorm_becomes_affine() -> None:
-    s, t, mu, var = bn_params(3)
-    nodes = [helper.make_node("BatchNormalization", ["x", "s", "t", "m", "v"], ["y"])]
-    inits = {"s": s, "t": t, "m": mu, "v": var}
-    graph = each_prefix(model(nodes, {"x": (2, 3, 5)}, {"y": None}, inits))
+    bn, inits = batch_norm("x", "y", 3)
+    graph = each_prefix(model([bn], {"x": (2, 3, 5)}, {"y": None}, inits))
     assert graph.op_counts() == {"Mul": 1, "Add": 1}
 
 
@@ -136,23 +127,14 @@ def test_identity_and_dropout_removed_even_before_outputs() -> None:
 
 def test_shape_chain_and_fills_fold() -> None:
     """Shape → Gather → Unsqueeze → Concat → Reshape, and ConstantOfShape weights."""
-    nodes = [
-        helper.make_node("Shape", ["x"], ["shp"]),
-        helper.make_node("Gather", ["shp", "zero"], ["n"], axis=0),
-        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
-        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
-        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+    nodes, inits = batch_flatten_chain("x", "flat")
+    nodes += [
         helper.make_node(
             "ConstantOfShape", ["wshape"], ["w"], value=helper.make_tensor("v", 1, [1], [0.5])
         ),
         helper.make_node("MatMul", ["flat", "w"], ["y"]),
     ]
-    inits = {
-        "zero": np.array(0, np.int64),
-        "ax0": np.array([0], np.int64),
-        "minus1": np.array([-1], np.int64),
-        "wshape": np.array([12, 5], np.int64),
-    }
+    inits["wshape"] = np.array([12, 5], np.int64)
     graph = each_prefix(model(nodes, {"x": (2, 3, 4)}, {"y": (2, 5)}, inits))
     assert graph.op_counts() == {"Reshape": 1, "MatMul": 1}
     assert graph.types["flat"].shape == (2, 12)
