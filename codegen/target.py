@@ -162,6 +162,17 @@ def machine_defaults(l2_bytes: int) -> MachineChoices:
     )
 
 
+def machine_choices(target: Target) -> MachineChoices:
+    """A target's own prefetch choices: the defaults its kernels' hint decisions start
+    from (they may differ from `machine_defaults` on a target built by hand)."""
+    return MachineChoices(
+        prefetch_weights=target.prefetch_weights,
+        prefetch_panel=target.prefetch_panel,
+        input_ahead=target.input_ahead,
+        panel_ahead=target.panel_ahead,
+    )
+
+
 def with_hints(target: Target, hints: Mapping[str, object]) -> Target:
     """The target a kernel is emitted for: `target` with a schedule's codegen hints
     (`Schedule.hints`, fields of `Target` by name) over its defaults."""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from polytile.codegen.configs import default_config, lower_config
-from polytile.codegen.target import Target, host
+from polytile.codegen.target import Target, host, machine_choices
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import default_schedule
@@ -263,7 +263,7 @@ class Tuner:
         for task in tasks:
             state = TaskState(
                 task,
-                SearchSpace(task.kernel, config=config),
+                SearchSpace(task.kernel, config=config, machine=machine_choices(target)),
                 default_schedule(task.kernel, config),
             )
             self._resume(state, previous.get(task.key, []))

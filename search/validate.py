@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from polytile.codegen.configs import default_config
-from polytile.codegen.target import Target
+from polytile.codegen.target import Target, machine_choices
 from polytile.errors import InputError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.ir.schedule import Schedule
@@ -200,7 +200,7 @@ def _neighbours(
                 break
             if not cands or cands[0].decisions is None:
                 continue
-            space = SearchSpace(task.kernel, config=defaults)
+            space = SearchSpace(task.kernel, config=defaults, machine=machine_choices(target))
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
             trace = tuple(space.build(decisions).trace)
             key = trace_key(trace)

@@ -377,3 +377,19 @@ def test_tune_stops_early_when_no_candidate_improves(
     assert result.trials == len(RecordFile(path).read()) <= 3 * tasks + 6 < 60
     with pytest.raises(InputError, match="early_stopping"):
         tune(model(), trials=6, records=str(path), progress=False, early_stopping=0)
+
+
+def test_the_tuners_hint_decisions_start_from_its_targets_choices(tmp_path: Path) -> None:
+    """A target built by hand (rows fetched 8 steps ahead where this machine's L2 says
+    otherwise) is what the sketch's default hint decisions follow."""
+    from dataclasses import replace
+
+    from polytile.codegen.target import host, machine_defaults
+    from polytile.search.cost_model import RandomModel
+    from polytile.search.tune import Tuner
+
+    ahead = 8 if machine_defaults(host().l2_bytes).input_ahead != 8 else 24
+    target = replace(host(1), input_ahead=ahead)
+    tuner = Tuner(extract_tasks(model()), RecordFile(tmp_path / "r.jsonl"), target, 0,
+                  model=RandomModel(0))  # fmt: skip
+    assert {s.space.machine.input_ahead for s in tuner.states} == {ahead}
