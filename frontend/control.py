@@ -65,11 +65,16 @@ def _rename_graph(graph: onnx.GraphProto, names: dict[str, str]) -> None:
         for i, name in enumerate(node.input):
             if name in names:
                 node.input[i] = names[name]
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_graph(attr.g, names)
-            for g in attr.graphs:
-                _rename_graph(g, names)
+        _rename_subgraphs(node, names)
+
+
+def _rename_subgraphs(node: onnx.NodeProto, names: dict[str, str]) -> None:
+    """Rename, in place, the outer values the node's nested subgraphs read."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            _rename_graph(attr.g, names)
+        for g in attr.graphs:
+            _rename_graph(g, names)
 
 
 def inline(graph: onnx.GraphProto, bound: dict[str, str], fresh: Fresh) -> Inlined:
@@ -91,11 +96,7 @@ def inline(graph: onnx.GraphProto, bound: dict[str, str], fresh: Fresh) -> Inlin
         copy.name = fresh(node.name or node.op_type)
         copy.input[:] = [names.get(i, i) for i in node.input]
         copy.output[:] = [names.get(o, o) for o in node.output]
-        for attr in copy.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_graph(attr.g, names)
-            for g in attr.graphs:
-                _rename_graph(g, names)
+        _rename_subgraphs(copy, names)
         nodes.append(copy)
     outputs = tuple(names.get(o.name, o.name) for o in graph.output)
     return Inlined(tuple(nodes), constants, outputs)

@@ -157,29 +157,31 @@ def _gather_elements_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tu
     return (np.take_along_axis(xs[0], _wrap(xs[1], ctx.shape(0)[axis]), axis=axis),)
 
 
-def _elements_shapes(ctx: InferContext, what: str) -> int:
-    """The axis of an elements op, with the indices' shape checked against the data's."""
+def _elements_shapes(ctx: InferContext) -> int:
+    """The axis of an elements op, with the indices' shape checked against the data's:
+    the same rank, and no larger off the axis."""
     data, indices = ctx.shape(0), ctx.shape(1)
     if not data:
         raise ctx.error("data must have rank at least 1")
     if len(indices) != len(data):
-        raise ctx.error(f"indices have rank {len(indices)} but data has rank {len(data)}; {what}")
+        raise ctx.error(
+            f"indices have rank {len(indices)} but data has rank {len(data)}; they must be equal"
+        )
     axis = _axis(ctx, len(data))
     _index_dtype(ctx, 1)
-    return axis
-
-
-@register("GatherElements", OpKind.INJECTIVE, evaluate=_gather_elements_evaluate)
-def _gather_elements(ctx: InferContext) -> tuple[TensorType, ...]:
-    axis = _elements_shapes(ctx, "they must be equal")
-    data, indices = ctx.shape(0), ctx.shape(1)
     for d, (n, m) in enumerate(zip(data, indices, strict=True)):
         if d != axis and m > n:
             raise ctx.error(
                 f"indices have shape {list(indices)}, larger than data's {list(data)} on axis {d}"
             )
+    return axis
+
+
+@register("GatherElements", OpKind.INJECTIVE, evaluate=_gather_elements_evaluate)
+def _gather_elements(ctx: InferContext) -> tuple[TensorType, ...]:
+    _elements_shapes(ctx)
     check_constant_indices(ctx)
-    return (TensorType(indices, ctx.dtype(0)),)
+    return (TensorType(ctx.shape(1), ctx.dtype(0)),)
 
 
 # --- GatherND ---------------------------------------------------------------------------
@@ -292,17 +294,12 @@ def _scatter(ctx: InferContext) -> tuple[TensorType, ...]:
 
 @register("ScatterElements", OpKind.REDUCTION, evaluate=_scatter_elements_evaluate)
 def _scatter_elements(ctx: InferContext) -> tuple[TensorType, ...]:
-    axis = _elements_shapes(ctx, "they must be equal")
+    _elements_shapes(ctx)
     data, indices = ctx.shape(0), ctx.shape(1)
     if ctx.shape(2) != indices:
         raise ctx.error(f"updates have shape {list(ctx.shape(2))}, indices {list(indices)}")
     if ctx.dtype(2) != ctx.dtype(0):
         raise ctx.error(f"updates have dtype {ctx.dtype(2)}, data {ctx.dtype(0)}")
-    for d, (n, m) in enumerate(zip(data, indices, strict=True)):
-        if d != axis and m > n:
-            raise ctx.error(
-                f"indices have shape {list(indices)}, larger than data's {list(data)} on axis {d}"
-            )
     scatter_reduction(ctx)
     check_constant_indices(ctx)
     return (TensorType(data, ctx.dtype(0)),)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import polytile as pt
 from polytile.errors import UnsupportedOpError
 from polytile.frontend.importer import _Importer
 
-from peers import ort_run
+from peers import one_node_model, ort_run
 
 RNG = np.random.default_rng(11)
 
@@ -27,19 +27,7 @@ def model(
 ) -> onnx.ModelProto:
     """A one-node model whose output `y` has the first input's dtype."""
     elem = helper.np_dtype_to_tensor_dtype(next(iter(inputs.values())).dtype)
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, v in inputs.items()
-        ],
-        [helper.make_tensor_value_info("y", elem, None)],
-        initializer=[numpy_helper.from_array(v, k) for k, v in (constants or {}).items()],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset < 21 else 10
-    return m
+    return one_node_model(node, inputs, {"y": elem}, constants, opset, 8 if opset < 21 else 10)
 
 
 def compiled_run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:

@@ -21,6 +21,7 @@ from onnx import helper
 
 from polytile.explain import explain
 from polytile.frontend.importer import import_model as import_raw
+from polytile.frontend.ops.resize import COORDINATE_MODES, NEAREST_MODES
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.buffers import allocate
@@ -374,14 +375,10 @@ def test_injective_chain_is_one_kernel() -> None:
 
 # --- Resize -------------------------------------------------------------------------------------
 
-COORDINATES = [
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-]
-ROUNDINGS = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+#: every coordinate transformation the frontend accepts but tf_crop_and_resize (tested
+#: on its own), and every rounding of nearest
+COORDINATES = [m for m in COORDINATE_MODES if m != "tf_crop_and_resize"]
+ROUNDINGS = list(NEAREST_MODES)
 
 
 def _resize(
