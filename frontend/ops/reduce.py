@@ -84,12 +84,13 @@ def _axes_to_input(since_input: int) -> Callable[[InferContext, int], Rewrite]:
     return canonicalize
 
 
-def _lowest(dtype: np.dtype) -> object:
+def _extreme(dtype: np.dtype, highest: bool) -> object:
+    """The dtype's lowest or highest value: the identity of max or min."""
     if dtype == np.bool_:
-        return False
+        return highest
     if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).min
-    return -np.inf
+        return np.iinfo(dtype).max if highest else np.iinfo(dtype).min
+    return np.inf if highest else -np.inf
 
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
@@ -103,25 +104,17 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.mean(x.astype(calc), axis=axes, keepdims=keep)
 
 
-def _highest(dtype: np.dtype) -> object:
-    if dtype == np.bool_:
-        return True
-    if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).max
-    return np.inf
-
-
 def _float_calc(x: np.ndarray) -> np.ndarray:
     """x in the accumulation dtype of the float reductions: float32, float64 for float64."""
     return x.astype(np.float64 if x.dtype == np.float64 else np.float32)
 
 
 def _max(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
-    return np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype))
+    return np.max(x, axis=axes, keepdims=keep, initial=_extreme(x.dtype, highest=False))
 
 
 def _min(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
-    return np.min(x, axis=axes, keepdims=keep, initial=_highest(x.dtype))
+    return np.min(x, axis=axes, keepdims=keep, initial=_extreme(x.dtype, highest=True))
 
 
 def _prod(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:

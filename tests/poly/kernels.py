@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from polytile.codegen.native import NativeKernel
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Expr, Load, binary, const, unary
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
@@ -89,6 +90,21 @@ def assert_equivalent(
         assert got[t.name].shape == want[t.name].shape
         assert got[t.name].dtype == want[t.name].dtype
         np.testing.assert_allclose(got[t.name], want[t.name], rtol=1e-5, atol=atol)
+
+
+def check_mm_relu(schedule: Schedule, atol: float = 1e-5) -> None:
+    """A schedule of `mm_relu` computes max(A @ B, 0), interpreted and compiled, and so
+    does its kernel in program order."""
+    inputs = random_inputs(schedule.kernel)
+    want = np.maximum(inputs["A"] @ inputs["B"], 0)
+    outputs = (
+        run_schedule(schedule, inputs)["C"],
+        NativeKernel(schedule)(inputs)["C"],
+        run_program_order(schedule.kernel, inputs)["C"],
+    )
+    for got in outputs:
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)
 
 
 def softmax_rows(n: int = 4, m: int = 12) -> Kernel:

@@ -35,7 +35,7 @@ from polytile.poly.oracle.interp import run_schedule
 from polytile.poly.oracle.reference import run_program_order
 from polytile.poly.transform import steps as T
 
-from kernels import mm_relu, random_inputs
+from kernels import check_mm_relu, mm_relu, random_inputs
 
 
 def register_tile(n: int, m: int, k: int, outer: str = "") -> Schedule:
@@ -71,16 +71,6 @@ def constant_bound(loop: For) -> int | None:
     return None
 
 
-def check_outputs(schedule: Schedule) -> None:
-    kernel = schedule.kernel
-    inputs = random_inputs(kernel)
-    want = np.maximum(inputs["A"] @ inputs["B"], 0)
-    for got in (run_schedule(schedule, inputs)["C"], NativeKernel(schedule)(inputs)["C"]):
-        assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(run_program_order(kernel, inputs)["C"], want, rtol=1e-5, atol=1e-5)
-
-
 def test_full_tiles_are_generated_apart_with_constant_trip_counts() -> None:
     schedule = register_tile(3, 21, 5)
     ast = verify_ast(schedule)
@@ -91,7 +81,7 @@ def test_full_tiles_are_generated_apart_with_constant_trip_counts() -> None:
     # the full tiles' j1 runs 0..7; the rest (j = 16..20) is its own loop with 0..4
     assert bounds == [7, 4]
     assert all(isinstance(loop.init, Int) for loop in unrolled)
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 @pytest.mark.parametrize(("width", "pieces"), [(28, 2), (56, 3), (44, 3)])
@@ -147,7 +137,7 @@ def test_tails_in_two_serial_loops_are_both_set_apart() -> None:
     # i's full tile: j's full tiles (j1 to 7) and j's tail (to 4); i's tail: j unsplit,
     # its full tiles under a hoisted test (to 7), the rest as isl gave it
     assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, 7, None]
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 def test_a_parallel_tile_loop_stays_one_loop() -> None:
@@ -155,7 +145,7 @@ def test_a_parallel_tile_loop_stays_one_loop() -> None:
     ast = verify_ast(schedule)
     (tiles,) = loops_named(ast, "j0")
     assert tiles.annotation == "parallel" and constant_bound(tiles) == 1
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 def test_partial_tiles_are_detected_per_loop() -> None:
@@ -183,7 +173,7 @@ def test_parallel_fusion_stops_at_tile_loops(n: int, m: int, parallel: str) -> N
     config = DefaultConfig(threads=2, min_parallel_work=0)
     schedule = parallelize_outer(schedule, "Y", config)
     assert [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "parallel"] == [parallel]
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 def test_an_explicit_parallel_depth_fuses_uneven_tiles_as_asked() -> None:
@@ -194,7 +184,7 @@ def test_an_explicit_parallel_depth_fuses_uneven_tiles_as_asked() -> None:
     schedule = parallelize_outer(schedule, "Y", config, depth=2)
     parallel = [lp.name for lp in schedule.loops_of("Y") if lp.annotation == "parallel"]
     assert parallel == ["i_j0_f"]
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 def test_the_ast_check_reads_a_loop_reusing_an_outer_iterator_name() -> None:
@@ -300,7 +290,7 @@ def test_rows_of_a_parallel_loops_partial_tile_get_constant_trip_counts() -> Non
     assert [constant_bound(loop) for loop in loops_named(tests[0].then, "i1")] == [5]
     assert [constant_bound(loop) for loop in loops_named(tests[0].then, "j1")] == [3]
     assert [constant_bound(loop) for loop in loops_named(tests[0].orelse, "i1")] == [None]
-    check_outputs(schedule)
+    check_mm_relu(schedule)
 
 
 def _walk_ifs(node: AstNode) -> list[If]:
