@@ -45,6 +45,21 @@ class IllegalSchedule(PolytileError):
     """A schedule transformation would break a dependence; raised by the poly layer only."""
 
 
+class BudgetExceeded(IllegalSchedule):
+    """Building or checking a schedule ran out of its budget of isl operations or of
+    seconds: too costly to be worth having rather than illegal. `resource` names what ran
+    out ("isl operations" or "seconds"), `where` the step at which it was noticed, and
+    `trace` the steps applied by then when known (the search records them)."""
+
+    def __init__(
+        self, message: str, resource: str = "", where: str = "", trace: tuple = ()
+    ) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.where = where
+        self.trace = trace
+
+
 class CodegenError(PolytileError):
     """Machine code could not be produced for a legal schedule."""
 

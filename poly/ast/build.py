@@ -124,9 +124,9 @@ def build_ast(schedule: Schedule) -> AstNode:
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
     refusal = (
         f"kernel {schedule.kernel.name}: isl's AST generator gave up on the schedule "
-        f"after {AST_OPERATIONS} operations (too many guarded pieces)"
+        "(too many guarded pieces)"
     )
-    with ih.operation_budget(AST_OPERATIONS, refusal):
+    with ih.operation_budget(AST_OPERATIONS, refusal, step="AST generation"):
         tree = isolate_full_tiles(to_isl(schedule))
         node = build.node_from_schedule(tree)
     return unswitch_partial_trips(_node(node, {}))

@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import islpy as isl
 
-from polytile.errors import IllegalSchedule
+from polytile.errors import BudgetExceeded
 
 CTX = isl.DEFAULT_CONTEXT
 
@@ -183,21 +185,134 @@ def merge_dims(s: isl.Set, first: int, second: int, name: str, extent: int) -> i
     return merged.set_tuple_name(tuple_name)
 
 
+@dataclass
+class _Budget:
+    """One budget in force: what to say when it runs out, and its limits."""
+
+    refusal: str
+    step: str
+    operations: int | None
+    #: isl's operation count at which it runs out (None: no operation limit)
+    limit: int | None
+    seconds: float | None
+    deadline: float | None
+    #: once it ran out: the message, what ran out and where (it stays spent)
+    spent: tuple[str, str, str] | None = None
+
+
+#: the budgets in force, outermost first (one isl context, so one stack)
+_BUDGETS: list[_Budget] = []
+
+
 @contextlib.contextmanager
-def operation_budget(operations: int, refusal: str) -> Iterator[None]:
-    """isl calls inside may take at most `operations` of its elementary steps; past
-    that, the schedule at hand is illegal (`refusal` says why) rather than a hang. Outside,
-    no limit."""
-    CTX.set_max_operations(operations)
-    CTX.reset_operations()
+def operation_budget(
+    operations: int | None, refusal: str, seconds: float | None = None, step: str = ""
+) -> Iterator[None]:
+    """isl calls inside may take at most `operations` of its elementary steps, and the
+    whole at most `seconds` (checked at `check_budget` calls and on exit); past either,
+    the schedule at hand is refused (`refusal` says why, `step` names the work) with
+    `BudgetExceeded` rather than a hang. Budgets nest: an outer one stays in force
+    inside an inner one (isl's limit is the tightest remaining) and keeps counting; once
+    spent it stays spent, so a step that catches the refusal and goes on is refused
+    again at the next check and the outer block raises on exit. Outside, no limit."""
+    check_budget(step)
+    counting = any(b.limit is not None for b in _BUDGETS)
+    if operations is not None and not counting:
+        CTX.reset_operations()  # no budget in force reads the count
+    start = _count() if operations is not None and counting else 0
+    budget = _Budget(
+        refusal,
+        step,
+        operations,
+        start + operations if operations is not None else None,
+        seconds,
+        time.monotonic() + seconds if seconds is not None else None,
+    )
+    _BUDGETS.append(budget)
+    _apply_limit()
     try:
         yield
-    except isl.Error as err:
-        if "maximal number of operations exceeded" not in str(err):
+        check_budget(step)  # also when isl's refusal was caught on the way
+    except isl.Error:
+        # isl says "maximal number of operations exceeded", or whatever the call that
+        # could not allocate says (a parser: "syntax error"): ask isl once more
+        if not _at_limit():
             raise
-        raise IllegalSchedule(refusal) from None
+        raise _operations_ran_out() from None
     finally:
-        CTX.set_max_operations(0)
+        _BUDGETS.remove(budget)
+        _apply_limit()
+
+
+def check_budget(where: str = "") -> None:
+    """Raise `BudgetExceeded` if a budget in force has run out (its isl operations
+    before, or its seconds by now): cheap, for between the steps of a long build."""
+    if any(b.limit is not None for b in _BUDGETS) and _at_limit():
+        raise _operations_ran_out()  # isl's refusal was caught on the way
+    now = time.monotonic()
+    for b in _BUDGETS:
+        if b.spent is None and b.deadline is not None and now >= b.deadline:
+            b.spent = (_refusal(b, f"{b.seconds:g} seconds", where), "seconds", where)
+        if b.spent is not None:
+            raise BudgetExceeded(b.spent[0], b.spent[1], b.spent[2])
+
+
+def _operations_ran_out() -> BudgetExceeded:
+    """isl refused an operation: the budgets at the tightest limit are spent; the
+    outermost of them is the one to report (its whole block must stop)."""
+    tightest = min((b.limit for b in _BUDGETS if b.limit is not None), default=None)
+    where = _BUDGETS[-1].step
+    spent = [b for b in _BUDGETS if b.limit == tightest]
+    for b in spent:
+        b.spent = b.spent or (
+            _refusal(b, f"{b.operations} isl operations", where),
+            "isl operations",
+            where,
+        )
+    message, resource, at = spent[0].spent or ("", "", "")
+    return BudgetExceeded(message, resource, at)
+
+
+def _refusal(budget: _Budget, amount: str, where: str) -> str:
+    at = f", at {where}" if where else ""
+    return f"{budget.refusal} (its budget of {amount} ran out{at})"
+
+
+def _at_limit() -> bool:
+    """Whether isl refuses any operation now (the count reached the limit in force)."""
+    try:
+        isl.Val.int_from_si(CTX, 0)
+    except isl.Error:
+        return True
+    return False
+
+
+def _apply_limit() -> None:
+    """isl's limit: the tightest of the budgets in force (0: none)."""
+    limits = [b.limit for b in _BUDGETS if b.limit is not None]
+    CTX.set_max_operations(min(limits) if limits else 0)
+
+
+def _count() -> int:
+    """isl's count of operations since its last reset. isl keeps the count private but
+    refuses any operation once it reaches the limit, so it is found by bisection over
+    limits, one allocation a probe (a probe that passes counts too: an estimate a few
+    dozen operations high at most, nothing next to a budget)."""
+
+    def reached(limit: int) -> bool:
+        CTX.set_max_operations(limit)
+        return _at_limit()
+
+    low, high = 0, 1
+    try:
+        while reached(high):
+            low, high = high, 2 * high
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if reached(middle) else (low, middle)
+    finally:
+        _apply_limit()
+    return high
 
 
 def largest_value(value: isl.PwAff) -> isl.Val:
