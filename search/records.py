@@ -29,13 +29,16 @@ from typing import Any
 from polytile.codegen.target import Target
 from polytile.errors import IllegalSchedule, InputError, TuningError
 from polytile.poly.ir.kernel import Kernel
-from polytile.poly.ir.schedule import Schedule
+from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.transform.steps import replay
 from polytile.version import __version__
 
+from .budget import candidate_budget
+
 RECORD_VERSION = 1
-#: error kinds of a failed candidate
-ERRORS = ("illegal", "build", "runtime", "timeout", "crash", "wrong_result")
+#: error kinds of a failed candidate ("budget": its build went over the isl operations or
+#: seconds of `search.budget`, and it was never built again)
+ERRORS = ("illegal", "build", "runtime", "timeout", "crash", "wrong_result", "budget")
 #: how a record's latencies were timed: the kernel alone, or its calls inside the model
 TIMINGS = ("kernel", "model")
 
@@ -232,8 +235,9 @@ def replay_record(kernel: Kernel, record: Record | None) -> Schedule | None:
     if record is None:
         return None
     try:
-        return replay(kernel, record.trace)
-    except IllegalSchedule as err:
+        with candidate_budget(initial_schedule(kernel)):
+            return replay(kernel, record.trace)
+    except IllegalSchedule as err:  # or over the candidate budget
         warnings.warn(
             f"kernel {kernel.name}: a tuning record no longer applies ({err})", stacklevel=3
         )

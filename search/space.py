@@ -69,12 +69,16 @@ from polytile.poly.default.steps import (
     split_init,
     vectorize_innermost,
 )
+from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.ir.schedule import HINTS, Loop, Schedule, initial_schedule, statements_below
 from polytile.poly.transform import steps as T
 from polytile.poly.transform.inline import inline, inline_statement
 from polytile.poly.transform.rfactor import rfactor
+
+from .budget import Progress, candidate_budget
+from .hints import hint_choices
 
 Decisions = dict[str, Any]
 
@@ -97,9 +101,6 @@ HINT = 0.7
 #: the decision key of inlining a statement
 INLINE = "inline:"
 #: options of the prefetch choices (`HINTS`) besides the target's own and half of L2:
-#: reduction steps ahead input rows are asked for, the largest weight panel (bytes)
-INPUT_AHEAD = (0, 8, 16, 24)
-PREFETCH_PANELS = (0, 1 << 15, 1 << 16, 1 << 17, 1 << 18)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,8 @@ class SearchSpace:
         #: statements that may be inlined (one per temporary: the first of its writers)
         self.inlinable = _inlinable(kernel)
         self._inlined: dict[tuple[int, tuple[str, ...]], Schedule] = {}
+        #: where the build in progress is (what a build over budget records)
+        self._progress = Progress(base)
         self._choices = self._make_choices()
         self._default = self._make_default()
 
@@ -172,6 +175,7 @@ class SearchSpace:
             divisors.add(self.channels.block)
         outputs = math.prod(self.extent[n] for n in self.spatial)
         little = outputs < 2 * self.lanes * self.config.threads
+        m = self.machine
         long = (
             [] if self.rloop is None else [f for f in RFACTORS if 4 * f <= self.extent[self.rloop]]
         )
@@ -198,26 +202,8 @@ class SearchSpace:
             "parallel_depth": (None, 1, 2, 3),
             "rfactor": (0, *long) if little else (0,),
             **{f"{INLINE}{s}": (False, True) for s in self.inlinable},
-            **self._hint_choices(),
+            **hint_choices(self.kernel, self.main, self.spatial, self.reduce, self.config, m),
         }
-
-    def _hint_choices(self) -> dict[str, tuple[Any, ...]]:
-        """The prefetch choices that matter (`codegen.prefetch` reads them in register
-        tiles): rows ahead, the panel size where the kernel reads constants, the next
-        stencil panel (over two or more reduced dimensions) where the target fetches no
-        weights across kernels (else its window holds them). With the target's values."""
-        if not self.main.reduction or not self.spatial:
-            return {}
-        m = self.machine
-        found: dict[str, tuple[Any, ...]] = {
-            "input_ahead": tuple(sorted({*INPUT_AHEAD, m.input_ahead}))
-        }
-        if any(t.role is Role.CONSTANT for t in self.kernel.tensors.values()):
-            half = self.config.cache_bytes // 2
-            found["prefetch_panel"] = tuple(sorted({*PREFETCH_PANELS, half, m.prefetch_panel}))
-            if len(self.reduce) >= 2 and not m.prefetch_weights:
-                found["panel_ahead"] = (False, True)
-        return found
 
     def choices(self) -> dict[str, tuple[Any, ...]]:
         """Every decision's options (loops that cannot be split are left out)."""
@@ -366,20 +352,26 @@ class SearchSpace:
 
     # --- building ---------------------------------------------------------------------
     def build(self, decisions: Mapping[str, Any]) -> Candidate:
+        """The candidate, under the build budget (`search.budget`): past it,
+        `BudgetExceeded` with the trace built by its last checkpoint."""
+        with candidate_budget(initial_schedule(self.kernel)) as self._progress:
+            return self._build(decisions)
+
+    def _build(self, decisions: Mapping[str, Any]) -> Candidate:
         schedule = initial_schedule(self.kernel)
         main = self.main
         if decisions["rfactor"] and self.rloop is not None:
             dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
             factored = attempt(schedule, lambda s: rfactor(s, main.name, dim, factor))
             if factored is not schedule:  # partial results in vectors, then combined
-                factored = self._inline(factored, decisions, factor)
+                factored = self._progress.at(self._inline(factored, decisions, factor), "rfactor")
                 for node in list(factored.body):
                     if isinstance(node, Loop):
                         factored = self._simple(factored, node.name, decisions)
                 return Candidate(dict(decisions), self._hint(factored, decisions))
-        schedule = self._inline(schedule, decisions, 0)
+        schedule = self._progress.at(self._inline(schedule, decisions, 0), "after inlining")
         if main.reduction and self.spatial:
-            schedule = self._reduction(schedule, decisions)
+            schedule = self._progress.at(self._reduction(schedule, decisions), "main nest")
         done = set()
         for node in schedule.body:
             if main.name in statements_below(node):
@@ -389,6 +381,7 @@ class SearchSpace:
         lanes = self.lanes if main.reduction and self.spatial else None
         for node in list(schedule.body):
             if isinstance(node, Loop) and not set(statements_below(node)) & done:
+                schedule = self._progress.at(schedule, f"before nest {node.name}")
                 schedule = self._simple(schedule, node.name, decisions, lanes)
         if not main.reduction or not self.spatial:
             schedule = self._simple_main(schedule, decisions)
@@ -410,6 +403,7 @@ class SearchSpace:
             found = schedule
             for stmt in chosen:
                 found = attempt(found, lambda s, st=stmt: inline_statement(s, st))
+            ih.check_budget("inlining")  # a step refused for the budget is no result to keep
             self._inlined[(start, chosen)] = found
         return found
 

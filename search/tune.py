@@ -27,13 +27,11 @@ against.
 
 from __future__ import annotations
 
-import functools
-import json
 import random
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,18 +39,19 @@ import numpy as np
 
 from polytile.codegen.configs import default_config, lower_config
 from polytile.codegen.target import Target, host, machine_choices
-from polytile.errors import IllegalSchedule, InputError, TuningError
+from polytile.errors import BudgetExceeded, IllegalSchedule, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import default_schedule
-from polytile.poly.ir.schedule import Schedule
 from polytile.poly.transform.steps import replay
 
 from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
 from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, trace_key
 from .space import Candidate, Decisions, SearchSpace
+from .state import TaskState, decisions_key
+from .summary import TaskSummary, TuneResult
 from .tasks import Task, extract_tasks, select_tasks
-from .validate import ValidateConfig, Validation, validate
+from .validate import ValidateConfig, validate
 
 if TYPE_CHECKING:
     from polytile.runtime import CompiledModel
@@ -72,6 +71,8 @@ BORROW = 2
 PRETRAIN = 256
 #: built candidates kept per task (mutations revisit decisions; schedules hold isl text)
 BUILT_CACHE = 1024
+#: rounds in a row with only builds over budget after which a task is left alone
+IDLE = 3
 #: the relative fall of the estimated model latency that counts as progress for early
 #: stopping: timing noise alone should not keep a tune alive
 MIN_GAIN = 0.002
@@ -95,119 +96,6 @@ class EarlyStop:
             self.best, self.at = estimate, used
             return False
         return used - self.at >= self.trials
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One measured candidate as the strategy keeps it."""
-
-    decisions: Mapping[str, Any] | None
-    latency: float
-    row: tuple[float, ...] | None
-
-
-@dataclass
-class TaskState:
-    task: Task
-    space: SearchSpace
-    #: the default schedule: the baseline and, run natively, the verification oracle
-    default: Schedule
-    seen: set[str] = field(default_factory=set)
-    best: Record | None = None
-    baseline: Record | None = None
-    trials: int = 0
-    #: the best latency after each trial (the task scheduler's curve)
-    history: list[float] = field(default_factory=list)
-    measured: list[Measured] = field(default_factory=list)
-    rounds: int = 0
-    done: bool = False
-    #: random inputs and the default schedule's outputs on them (the verification oracle)
-    reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
-    #: built candidates by their decisions (mutations often revisit them)
-    built: dict[str, Candidate] = field(default_factory=dict)
-    #: the cost model's features of built candidates by trace (a borrowed candidate is
-    #: ranked again every round until it is measured; a feature row costs isl work)
-    features: dict[str, tuple[float, ...]] = field(default_factory=dict)
-
-    @property
-    def latency(self) -> float:
-        return self.best.latency if self.best is not None else float("inf")
-
-    @property
-    def default_trace(self) -> list[dict[str, Any]]:
-        return self.default.trace_json()
-
-    @functools.cached_property
-    def default_key(self) -> str:
-        return trace_key(self.default_trace)
-
-    def add(self, record: Record, decisions: Mapping[str, Any] | None, row: Any) -> None:
-        """Count one measurement: best, curve, population."""
-        self.seen.add(record.trace_key())
-        self.trials += 1
-        if record.ok and (self.best is None or record.latency < self.best.latency):
-            self.best = record
-        if record.ok and record.trace_key() == self.default_key:
-            self.baseline = record
-        self.history.append(self.latency)
-        self.measured.append(Measured(decisions, record.latency, row))
-
-
-@dataclass(frozen=True)
-class TaskSummary:
-    index: int
-    kind: str
-    flops: int
-    weight: int
-    trials: int
-    default_ms: float
-    best_ms: float
-
-    @property
-    def gflops(self) -> float:
-        return self.flops / (self.best_ms / 1e3) / 1e9 if self.best_ms > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    tasks: tuple[TaskSummary, ...]
-    trials: int
-    seconds: float
-    #: the in-model re-ranking after the search (None when it did not run)
-    validation: Validation | None = None
-    #: whether the search ended early: the estimate stopped improving (`EarlyStop`)
-    stopped_early: bool = False
-
-    def estimated_ms(self, tuned: bool) -> float:
-        """Σ weight × kernel latency: the model's latency as the tasks add it up."""
-        return sum(t.weight * (t.best_ms if tuned else t.default_ms) for t in self.tasks)
-
-    def table(self) -> str:
-        if not self.tasks:  # validation only
-            return self.validation.table() if self.validation is not None else "no tasks tuned"
-        head = (
-            f"{'ID':>3} | {'kind':<18} | {'FLOPs':>12} | {'weight':>6} | {'GFLOPS':>8} | "
-            f"{'default ms':>10} | {'best ms':>9} | {'trials':>6}"
-        )
-        lines = [head, "-" * len(head)]
-        for t in self.tasks:
-            lines.append(
-                f"{t.index:>3} | {t.kind:<18.18} | {t.flops:>12} | {t.weight:>6} | "
-                f"{t.gflops:>8.2f} | {t.default_ms:>10.4f} | {t.best_ms:>9.4f} | {t.trials:>6}"
-            )
-        lines.append(
-            f"estimated model latency: default {self.estimated_ms(False):.3f} ms → "
-            f"tuned {self.estimated_ms(True):.3f} ms ({self.trials} trials, {self.seconds:.0f} s"
-            + (", stopped early: no progress" if self.stopped_early else "")
-            + ")"
-        )
-        if self.validation is not None and self.validation.tasks:
-            lines.append(self.validation.table())
-        return "\n".join(lines)
-
-
-def _decisions_key(decisions: Mapping[str, Any]) -> str:
-    return json.dumps(dict(decisions), sort_keys=True)
 
 
 class Tuner:
@@ -250,7 +138,7 @@ class Tuner:
             if r.timing == "kernel":  # in-model times do not compare with the search's
                 previous.setdefault(r.workload, []).append(r)
         others = sorted(
-            {r.start or "unknown" for rs in previous.values() for r in rs}
+            {r.start or "unknown" for rs in previous.values() for r in rs if r.ok}
             - {self.measure_config.start}
         )
         if others:
@@ -277,7 +165,7 @@ class Tuner:
         replayed = set(range(max(0, len(records) - PRETRAIN), len(records)))
         for i, r in enumerate(records):
             row = None
-            if i in replayed and self.strategy == "evolutionary":
+            if i in replayed and self.strategy == "evolutionary" and r.error != "budget":
                 try:
                     row = tuple(trace_features(replay(state.task.kernel, r.trace)))
                 except (IllegalSchedule, KeyError, TypeError, ValueError):
@@ -300,16 +188,36 @@ class Tuner:
     def _default_decisions(self, state: TaskState) -> Decisions | None:
         """The sketch's decisions that build the default schedule, if they do."""
         decisions = state.space.default_decisions()
-        same = trace_key(self._build(state, decisions).trace) == state.default_key
+        built = self._build(state, decisions)
+        same = built is not None and trace_key(built.trace) == state.default_key
         return decisions if same else None
 
-    def _build(self, state: TaskState, decisions: Decisions) -> Candidate:
-        key = _decisions_key(decisions)
+    def _build(self, state: TaskState, decisions: Decisions) -> Candidate | None:
+        """The candidate (built once while kept); None when its build went over budget,
+        now (its `budget` record is appended, a trial of this round) or before."""
+        key = decisions_key(decisions)
+        if key in state.refused:
+            return None
         if key not in state.built:
             if len(state.built) >= BUILT_CACHE:  # schedules hold isl text: bound the memory
                 state.built.clear()
                 state.features.clear()
-            state.built[key] = state.space.build(decisions)
+            try:
+                state.built[key] = state.space.build(decisions)
+            except BudgetExceeded as err:
+                record = Record(
+                    workload=state.task.key,
+                    target=self.target.key(),
+                    trace=err.trace,
+                    error="budget",
+                    message=str(err)[:2000],
+                    seed=self.seed,
+                    decisions=dict(decisions),
+                )
+                self.records.append([record])
+                state.add(record, decisions, None)
+                state.over.append(record)
+                return None
         return state.built[key]
 
     def _borrowed(self, state: TaskState, exclude: frozenset[str] = frozenset()) -> list[Candidate]:
@@ -326,6 +234,8 @@ class Tuner:
             if best.latency == float("inf"):
                 continue
             candidate = self._build(state, state.space.complete(best.decisions))
+            if candidate is None:
+                continue
             key = trace_key(candidate.trace)
             if key not in state.seen and key not in exclude:
                 found.setdefault(key, candidate)
@@ -335,7 +245,8 @@ class Tuner:
         self, state: TaskState, count: int, exclude: frozenset[str] = frozenset()
     ) -> list[Candidate]:
         """`count` candidates never measured and not in `exclude` (the traces already in
-        this batch), all distinct."""
+        this batch), all distinct; fewer by the builds over budget meanwhile (trials too:
+        once they fill the batch, proposing stops)."""
         found: list[Candidate] = []
         keys: set[str] = set(exclude)
         evolutionary = self.strategy == "evolutionary"
@@ -344,19 +255,22 @@ class Tuner:
         pool = self.pool * count if evolutionary else count
         parents = self._parents(state) if evolutionary else []
         attempts = 0
-        while len(found) < pool and attempts < 40 * pool:
+        while len(found) < pool and attempts < 40 * pool and len(state.over) < count:
             attempts += 1
             if parents and self.rng.random() < MUTATE:
                 decisions = state.space.mutate(self.rng.choice(parents), self.rng)
             else:
                 decisions = state.space.sample(self.rng)
             candidate = self._build(state, decisions)
+            if candidate is None:
+                continue
             key = trace_key(candidate.trace)
             if key in state.seen or key in keys:
                 continue
             keys.add(key)
             found.append(candidate)
-        if borrowed:
+        count -= min(len(state.over), count)
+        if borrowed and count > 1:
             scores = self.model.predict_rows(self._features(state, borrowed))
             order = [int(i) for i in np.argsort(-scores, kind="stable")]
             taken = [borrowed[i] for i in order[: min(BORROW, count - 1)]]
@@ -443,6 +357,7 @@ class Tuner:
             before = measurer.preludes(task.producers)
             measurer.set_task(task.kernel, *state.reference, before)
             measurer.task_key = task.key
+        state.over = []
         traces: list[list[dict[str, Any]]] = []
         candidates: list[Candidate | None] = []
         if state.baseline is None:
@@ -453,9 +368,10 @@ class Tuner:
             traces.append(candidate.trace)
             candidates.append(candidate)
         state.rounds += 1
-        if not traces:
-            state.done = True
-            return []
+        state.idle = state.idle + 1 if not traces else 0
+        if not traces:  # nothing left to measure, or for a while only builds over budget
+            state.done = not state.over or state.idle >= IDLE
+            return list(state.over)
         measured = measurer.measure(task.key, traces, self.seed)
         records = []
         for record, candidate in zip(measured, candidates, strict=True):
@@ -481,7 +397,7 @@ class Tuner:
         self.records.append(records)
         if self.strategy == "evolutionary":
             self._retrain()
-        return records
+        return [*state.over, *records]
 
     def summary(self, seconds: float, trials: int) -> TuneResult:
         rows = []

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from polytile.codegen.configs import default_config
 from polytile.codegen.target import Target, machine_choices
-from polytile.errors import InputError
+from polytile.errors import BudgetExceeded, InputError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.ir.schedule import Schedule
 
@@ -202,7 +202,10 @@ def _neighbours(
                 continue
             space = SearchSpace(task.kernel, config=defaults, machine=machine_choices(target))
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
-            trace = tuple(space.build(decisions).trace)
+            try:
+                trace = tuple(space.build(decisions).trace)
+            except BudgetExceeded:  # the search's rule: a build over budget is no candidate
+                continue
             key = trace_key(trace)
             if key in {trace_key(c.trace) for c in cands}:
                 continue

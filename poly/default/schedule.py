@@ -21,11 +21,12 @@ vectorized inner loop. Every step is checked; an illegal one is skipped.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 
-from polytile.errors import IllegalSchedule
+from polytile.errors import BudgetExceeded, IllegalSchedule
 from polytile.poly.default.conv import plan_of, schedule_conv
 from polytile.poly.default.steps import (
     DefaultConfig,
@@ -46,15 +47,58 @@ from polytile.poly.default.steps import (
     uniform_in_blocks,
     vectorize_innermost,
 )
+from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Load, loads
 from polytile.poly.ir.kernel import Kernel, Role, Statement
 from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule, statements_below
 from polytile.poly.transform import steps as T
 from polytile.poly.transform.inline import inline_statement
 
+#: isl operations and seconds one kernel's default schedule may take: as a search
+#: candidate's build (`search.budget`), far above what the zoo's kernels take
+DEFAULT_OPERATIONS = 40_000_000
+DEFAULT_SECONDS = 60.0
+#: isl operations the fallback may spend proving outer loops parallel (a dependence check
+#: a nest, far cheaper than an AST generation's budget)
+FALLBACK_OPERATIONS = 4_000_000
+
 
 def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Schedule:
-    config = config or DefaultConfig()
+    """The kernel's default schedule, under a budget (`DEFAULT_OPERATIONS`,
+    `DEFAULT_SECONDS`): a kernel whose default scheduling runs out of it gets
+    `fallback_schedule`, with a warning naming it, rather than a hang."""
+    refusal = f"kernel {kernel.name}: its default schedule went over budget"
+    try:
+        with ih.operation_budget(DEFAULT_OPERATIONS, refusal, DEFAULT_SECONDS, "default schedule"):
+            return _default_schedule(kernel, config or DefaultConfig())
+    except BudgetExceeded as err:
+        ih.check_budget("default schedule")  # an outer budget ran out: not ours to handle
+        warnings.warn(
+            f"{err}; using a simpler schedule instead (the initial one, its outer loops "
+            "parallel where legal)",
+            stacklevel=2,
+        )
+        return fallback_schedule(kernel)
+
+
+def fallback_schedule(kernel: Kernel) -> Schedule:
+    """The initial schedule with each nest's outermost loop parallel where that is legal
+    (and proved within the budget; else the initial schedule as it is)."""
+    schedule = initial_schedule(kernel)
+    refusal = f"kernel {kernel.name}: its fallback schedule went over budget"
+    try:
+        with ih.operation_budget(FALLBACK_OPERATIONS, refusal, DEFAULT_SECONDS, "fallback"):
+            parallel = schedule
+            for node in schedule.body:
+                if isinstance(node, Loop):
+                    parallel = attempt(parallel, lambda s, n=node.name: T.parallel(s, n))
+            return parallel
+    except BudgetExceeded:
+        ih.check_budget("fallback schedule")
+        return schedule
+
+
+def _default_schedule(kernel: Kernel, config: DefaultConfig) -> Schedule:
     schedule = initial_schedule(kernel)
     main = main_statement(kernel)
     for stmt in chained_epilogue(kernel, main):

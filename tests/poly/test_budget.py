@@ -32,11 +32,13 @@ def test_one_round_is_enough_operations_to_matter() -> None:
 
 def test_an_outer_budget_stays_in_force_inside_an_inner_one() -> None:
     need = operations(4)
-    with pytest.raises(BudgetExceeded, match="outer refused") as caught:
-        with ih.operation_budget(need // 2, "outer refused", step="outer"):
-            with ih.operation_budget(10 * need, "inner refused", step="inner"):
-                assert 0 < ih.CTX.get_max_operations() <= need // 2 + 50
-                work(4)
+    with (
+        pytest.raises(BudgetExceeded, match="outer refused") as caught,
+        ih.operation_budget(need // 2, "outer refused", step="outer"),
+        ih.operation_budget(10 * need, "inner refused", step="inner"),
+    ):
+        assert 0 < ih.CTX.get_max_operations() <= need // 2 + 50
+        work(4)
     assert caught.value.resource == "isl operations"
     assert "inner" in caught.value.where  # where it ran out: inside the inner budget
     assert isinstance(caught.value, IllegalSchedule)
@@ -48,23 +50,27 @@ def test_the_outer_count_goes_on_across_inner_budgets() -> None:
     """Work before and inside inner budgets adds up: each part fits the outer budget
     alone, together they do not; and the limit is the outer's again after each inner."""
     need = operations(4)
-    with pytest.raises(BudgetExceeded, match="outer refused"):
-        with ih.operation_budget(need * 5 // 2, "outer refused"):
-            outer_limit = ih.CTX.get_max_operations()
-            work(4)
-            for _ in range(2):
-                with ih.operation_budget(2 * need, "inner refused"):
-                    work(4)
-                assert ih.CTX.get_max_operations() == outer_limit
+    with (
+        pytest.raises(BudgetExceeded, match="outer refused"),
+        ih.operation_budget(need * 5 // 2, "outer refused"),
+    ):
+        outer_limit = ih.CTX.get_max_operations()
+        work(4)
+        for _ in range(2):
+            with ih.operation_budget(2 * need, "inner refused"):
+                work(4)
+            assert ih.CTX.get_max_operations() == outer_limit
     assert ih.CTX.get_max_operations() == 0
 
 
 def test_an_inner_budget_runs_out_alone_and_the_outer_goes_on() -> None:
     need = operations(4)
     with ih.operation_budget(100 * need, "outer refused"):
-        with pytest.raises(BudgetExceeded, match="inner refused") as caught:
-            with ih.operation_budget(need // 4, "inner refused", step="the inner step"):
-                work(4)
+        with (
+            pytest.raises(BudgetExceeded, match="inner refused") as caught,
+            ih.operation_budget(need // 4, "inner refused", step="the inner step"),
+        ):
+            work(4)
         assert "the inner step" in str(caught.value)
         work(4)  # the outer budget still has room
     work(4)
@@ -74,22 +80,28 @@ def test_a_spent_outer_budget_raises_on_exit_even_when_its_refusal_was_caught() 
     """A step that catches IllegalSchedule and goes on (as `attempt` does) cannot turn a
     block over budget into a result."""
     need = operations(4)
-    with pytest.raises(BudgetExceeded, match="outer refused"):
-        with ih.operation_budget(need // 2, "outer refused"):
-            try:
-                with ih.operation_budget(10 * need, "inner refused"):
-                    work(4)
-            except IllegalSchedule:
-                pass
+    with (
+        pytest.raises(BudgetExceeded, match="outer refused"),
+        ih.operation_budget(need // 2, "outer refused"),
+    ):
+        try:
+            with ih.operation_budget(10 * need, "inner refused"):
+                work(4)
+        except IllegalSchedule:
+            pass
     assert ih.CTX.get_max_operations() == 0
 
 
 def test_a_deadline_raises_at_the_next_check_and_on_exit() -> None:
-    with pytest.raises(BudgetExceeded, match=r"slow build.*seconds.*between steps") as caught:
-        with ih.operation_budget(None, "slow build", seconds=0.0):
-            ih.check_budget("between steps")
+    with (
+        pytest.raises(BudgetExceeded, match=r"slow build.*seconds.*between steps") as caught,
+        ih.operation_budget(None, "slow build", seconds=0.0),
+    ):
+        ih.check_budget("between steps")
     assert caught.value.resource == "seconds"
-    with pytest.raises(BudgetExceeded, match="seconds"):
-        with ih.operation_budget(None, "slow build", seconds=0.0):
-            pass
+    with (
+        pytest.raises(BudgetExceeded, match="seconds"),
+        ih.operation_budget(None, "slow build", seconds=0.0),
+    ):
+        pass
     ih.check_budget("outside")  # nothing in force
