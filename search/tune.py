@@ -360,9 +360,12 @@ class Tuner:
         state.over = []
         traces: list[list[dict[str, Any]]] = []
         candidates: list[Candidate | None] = []
+        default_decisions = None
         if state.baseline is None:
             traces.append(state.default_trace)
             candidates.append(None)
+            if self.start_from_default:  # built first: over budget, a trial of this batch
+                default_decisions = self._default_decisions(state)
         batched = frozenset(trace_key(t) for t in traces)
         for candidate in self.propose(state, batch - len(traces), batched):
             traces.append(candidate.trace)
@@ -381,8 +384,7 @@ class Tuner:
                         f"task {task.index}: the default schedule failed ({record.error}: "
                         f"{record.message})"
                     )
-                decisions = self._default_decisions(state) if self.start_from_default else None
-                schedule = state.default
+                decisions, schedule = default_decisions, state.default
             else:
                 decisions, schedule = dict(candidate.decisions), candidate.schedule
             records.append(replace(record, decisions=decisions))

@@ -185,7 +185,7 @@ def merge_dims(s: isl.Set, first: int, second: int, name: str, extent: int) -> i
     return merged.set_tuple_name(tuple_name)
 
 
-@dataclass
+@dataclass(eq=False)  # one budget is itself only (the stack removes it by identity)
 class _Budget:
     """One budget in force: what to say when it runs out, and its limits."""
 
