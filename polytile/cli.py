@@ -11,7 +11,7 @@ import ast
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -489,27 +489,46 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--opt-level", type=int, default=3, choices=[0, 1, 2, 3])
         p.add_argument("--seed", type=int, default=0, help="zoo weights and random inputs")
 
-    comp = sub.add_parser("compile", help="compile a model to a saved .ptm artifact")
-    comp.add_argument("model", nargs="?", help="an .onnx file or a zoo model name")
+    def model_command(
+        name: str,
+        about: str,
+        func: Callable[[argparse.Namespace], int],
+        model: str = "an .onnx file or a zoo model name",
+        nargs: str | None = None,
+    ) -> argparse.ArgumentParser:
+        """The subcommand `name` on a model that it compiles, using tuning records if given."""
+        p = sub.add_parser(name, help=about)
+        p.add_argument("model", nargs=nargs, help=model)
+        p.add_argument("--records", help=RECORDS_HELP)
+        model_options(p)
+        p.set_defaults(func=func)
+        return p
+
+    def timing_options(p: argparse.ArgumentParser, repeat: int) -> None:
+        p.add_argument("--repeat", type=int, default=repeat, help="time this many repeats")
+        p.add_argument("--number", type=int, default=1, help="runs per timed repeat")
+
+    comp = model_command(
+        "compile", "compile a model to a saved .ptm artifact", cmd_compile, nargs="?"
+    )
     comp.add_argument("-o", "--output", help="the .ptm to write (a directory with --zoo)")
     comp.add_argument("--zoo", metavar="all|a,b", help="compile zoo models in a batch")
-    comp.add_argument("--records", help=RECORDS_HELP)
     comp.add_argument(
         "--scheduler",
         metavar="ADDR",
         help="compile the --zoo batch on this Dask scheduler's cluster",
     )
-    model_options(comp)
-    comp.set_defaults(func=cmd_compile)
 
-    run = sub.add_parser("run", help="run a model (.onnx, .ptm or zoo name) on inputs")
-    run.add_argument("model")
-    run.add_argument("--records", help=RECORDS_HELP)
+    run = model_command(
+        "run",
+        "run a model (.onnx, .ptm or zoo name) on inputs",
+        cmd_run,
+        "an .onnx file, a .ptm artifact or a zoo model name",
+    )
     run.add_argument("-i", "--inputs", help="an .npz of inputs keyed by input name")
     run.add_argument("--fill", default="random", help="inputs when no -i is given: random")
     run.add_argument("-o", "--output", help="write the outputs to this .npz")
-    run.add_argument("--repeat", type=int, default=0, help="time this many repeats")
-    run.add_argument("--number", type=int, default=1, help="runs per timed repeat")
+    timing_options(run, repeat=0)
     run.add_argument(
         "--profile",
         type=int,
@@ -517,17 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REPEAT",
         help="time each kernel call over this many runs and list the slowest",
     )
-    model_options(run)
-    run.set_defaults(func=cmd_run)
 
-    bench = sub.add_parser("bench", help="compile, verify and time a model against a peer")
-    bench.add_argument("model")
-    bench.add_argument("--records", help=RECORDS_HELP)
+    bench = model_command("bench", "compile, verify and time a model against a peer", cmd_bench)
     bench.add_argument("--vs", choices=["onnxruntime", "none"], default="onnxruntime")
-    bench.add_argument("--repeat", type=int, default=10)
-    bench.add_argument("--number", type=int, default=1)
-    model_options(bench)
-    bench.set_defaults(func=cmd_bench)
+    timing_options(bench, repeat=10)
 
     tune = sub.add_parser("tune", help="search schedules and record the measurements")
     tune.add_argument("model")

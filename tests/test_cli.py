@@ -165,8 +165,8 @@ def test_compile_zoo_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caps
 def test_a_model_failing_in_a_zoo_batch_spares_the_others(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
 ) -> None:
-    from polytile.errors import ShapeError
     from polytile import batch
+    from polytile.errors import ShapeError
 
     compile_one = batch._compile
 
