@@ -295,14 +295,20 @@ def _scatter(ctx: InferContext) -> tuple[TensorType, ...]:
 @register("ScatterElements", OpKind.REDUCTION, evaluate=_scatter_elements_evaluate)
 def _scatter_elements(ctx: InferContext) -> tuple[TensorType, ...]:
     _elements_shapes(ctx)
-    data, indices = ctx.shape(0), ctx.shape(1)
+    indices = ctx.shape(1)
     if ctx.shape(2) != indices:
         raise ctx.error(f"updates have shape {list(ctx.shape(2))}, indices {list(indices)}")
+    return _scatter_type(ctx)
+
+
+def _scatter_type(ctx: InferContext) -> tuple[TensorType, ...]:
+    """A scatter's output type (the data's), once its updates' dtype, its reduction and
+    its constant indices are checked (the updates' shape is each op's own)."""
     if ctx.dtype(2) != ctx.dtype(0):
         raise ctx.error(f"updates have dtype {ctx.dtype(2)}, data {ctx.dtype(0)}")
     scatter_reduction(ctx)
     check_constant_indices(ctx)
-    return (TensorType(data, ctx.dtype(0)),)
+    return (ctx.type(0),)
 
 
 def _scatter_nd_bounds(ctx: InferContext) -> tuple[IndexBound, ...]:
@@ -329,11 +335,7 @@ def _scatter_nd(ctx: InferContext) -> tuple[TensorType, ...]:
     expected = (*indices[:-1], *data[m:])
     if ctx.shape(2) != expected:
         raise ctx.error(f"updates have shape {list(ctx.shape(2))}, expected {list(expected)}")
-    if ctx.dtype(2) != ctx.dtype(0):
-        raise ctx.error(f"updates have dtype {ctx.dtype(2)}, data {ctx.dtype(0)}")
-    scatter_reduction(ctx)
-    check_constant_indices(ctx)
-    return (TensorType(data, ctx.dtype(0)),)
+    return _scatter_type(ctx)
 
 
 INDEX_BOUNDS.update(
