@@ -415,6 +415,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         cost_model=args.cost_model,
         cost_model_kind=args.cost_model_kind,
         validation=ValidateConfig(top=args.validate, seed=args.seed) if args.validate else None,
+        early_stopping=args.early_stopping,
     )
     print(result.table())
     if args.end_to_end:
@@ -547,6 +548,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--records", required=True, help="the JSONL records file (appended)")
     tune.add_argument("--tasks", help="task indices to tune, like 0,2-5 (default: all)")
     tune.add_argument("--time-budget", help="stop after this long: 90s, 30m, 2h")
+    tune.add_argument(
+        "--early-stopping",
+        type=int,
+        metavar="N",
+        help="stop once the estimated model latency has not improved in N trials",
+    )
     tune.add_argument("--strategy", choices=["evolutionary", "random"], default="evolutionary")
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
     tune.add_argument(

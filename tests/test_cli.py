@@ -237,7 +237,7 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
     seen = {}
 
     def fake_tune(*args: object, measure: object, validation: object, **kwargs: object) -> object:
-        seen.update(measure=measure, validation=validation)
+        seen.update(measure=measure, validation=validation, **kwargs)
         raise InputError("stop here")
 
     monkeypatch.setattr(tune_module, "tune", fake_tune)
@@ -248,6 +248,23 @@ def test_tune_flushes_caches_and_validates_in_the_model_unless_told_not_to(
     assert seen["measure"].cold == (flag[1] if "--cold" in flag else "weights")
     validation = seen["validation"]
     assert (validation.top if validation is not None else 0) == top
+    assert seen["early_stopping"] is None
+
+
+def test_tune_passes_early_stopping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import polytile.tuning as tune_module
+
+    seen = {}
+
+    def fake_tune(*args: object, early_stopping: object, **kwargs: object) -> object:
+        seen["early_stopping"] = early_stopping
+        raise InputError("stop here")
+
+    monkeypatch.setattr(tune_module, "tune", fake_tune)
+    path = write_model(tmp_path / "relu.onnx")
+    argv = ["tune", str(path), "--records", str(tmp_path / "r.jsonl"), "--early-stopping", "12"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert seen["early_stopping"] == 12
 
 
 def test_tune_rejects_a_negative_validation_count(tmp_path: Path, capsys) -> None:
