@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_tune import model as matmul_model
 
 import polytile as pt
 from polytile.errors import BudgetExceeded
@@ -29,24 +30,7 @@ from polytile.search.state import decisions_key
 from polytile.search.tune import tune
 
 RNG = np.random.default_rng(0)
-W = RNG.standard_normal((32, 48)).astype(np.float32)
 CONV_W = RNG.standard_normal((8, 3, 3, 3)).astype(np.float32)
-
-
-def matmul_model() -> onnx.ModelProto:
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["m"]),
-        helper.make_node("Relu", ["m"], ["r"]),
-        helper.make_node("Sigmoid", ["r"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(W, "w")],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def conv_model() -> onnx.ModelProto:
