@@ -164,14 +164,21 @@ def _direct_conv(
     rank = len(o)
     out_dims = ("n", "m", *o)
     per_group_in, per_group_out = w.shape[1], out.shape[1] // group
-    channel = _group_channel("m", per_group_out, per_group_in, "c", group)
+    # a one-tap axis has no tap loop: its weight index is 0
+    wide = [i for i in range(rank) if window.kernel[i] > 1]  # as `window_taps` decides
+    # nor has one input channel a group beside a window (a depthwise conv): the output
+    # channel alone picks its input plane, so no reduction moves along the channels
+    tap = "0" if per_group_in == 1 and group > 1 and wide else "c"
+    if tap == "0":
+        channel = "m" if per_group_out == 1 else f"floor(m/{per_group_out})"
+    else:
+        channel = _group_channel("m", per_group_out, per_group_in, tap, group)
     spatial, bounds = window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
     x_index = ("n", channel, *spatial)
-    # a one-tap axis has no tap loop: its weight index is 0
-    wide = [i for i in range(rank) if window.kernel[i] > 1]  # as `window_taps` decides
-    w_index = ("m", "c", *(k[i] if i in wide else "0" for i in range(rank)))
-    taps = (("c", *(k[i] for i in wide)), (per_group_in, *(window.kernel[i] for i in wide)))
+    w_index = ("m", tap, *(k[i] if i in wide else "0" for i in range(rank)))
+    channels = [] if tap == "0" else [("c", per_group_in)]
+    taps = tuple(zip(*channels, *((k[i], window.kernel[i]) for i in wide), strict=True))
     return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
 
 
