@@ -6,8 +6,9 @@ Every heavy op is a reduction statement (`reduction=` its combiner) over the out
 dimensions followed by the reduced ones, preceded by its init statement (`init_of=`)
 writing the combiner's identity or a start value (a bias, `beta * C`). Padding is part of
 the domain: a window tap that falls outside the input is not a point of the reduction
-(`0 <= oh*s + kh*d - p < H`), so no statement loads out of bounds. The transposed
-convolution is written in gather form: an output position reduces over the taps whose
+(`0 <= oh*s + kh*d - p < H`), so no statement loads out of bounds (a depthwise conv
+reusing its input enough reads a zero-padded copy instead: `_pads_depthwise`). The
+transposed convolution is written in gather form: an output position reduces over the taps whose
 input position `(o + p - k*d) / s` is an integer inside the input (an existential in the
 domain).
 
@@ -37,7 +38,14 @@ from polytile.poly.lower.base import (
     lowering,
     reduction,
 )
-from polytile.poly.lower.window import spatial_dims, window_taps, within
+from polytile.poly.lower.window import (
+    PAD_MIN_ROW,
+    padded_input,
+    padded_taps,
+    spatial_dims,
+    window_taps,
+    within,
+)
 from polytile.poly.lower.winograd import applies as winograd_applies
 from polytile.poly.lower.winograd import conv as winograd_conv
 
@@ -105,22 +113,28 @@ def _convolution_sum(
     ctx: LowerContext,
     out: TensorType,
     out_dims: tuple[str, ...],
-    x_index: Sequence[str],
+    x_load: Expr,
     w_index: Sequence[str],
     taps: tuple[Sequence[str], Sequence[int]],
     where: Sequence[str],
 ) -> list[Statement]:
-    """Y[out_dims] = B[m] + Σ_taps X[x_index] · W[w_index] over the taps in `where`, the sum
+    """Y[out_dims] = B[m] + Σ_taps X · W[w_index] over the taps in `where`, the sum
     shared by Conv and ConvTranspose (float16 accumulates in float32)."""
     acc = acc_dtype(out.dtype)
     product = binary(
         "mul",
-        as_dtype(ctx.load(ctx.node.inputs[0], x_index), acc),
+        as_dtype(x_load, acc),
         as_dtype(ctx.load(ctx.node.inputs[1], w_index), acc),
     )
     bias = ctx.load(ctx.node.inputs[2], ("m",)) if ctx.has_input(2) else ctx.const(0, acc)
     return _sum(ctx, out, out_dims, taps, product, where, start=bias)
 
+
+#: a padded depthwise conv reads a padded copy of its input when its window reads each
+#: input element at least this many times (kernel / stride, multiplied over the axes):
+#: the copy reads and writes each element once, which a 3x3 window at stride 2 reusing
+#: each element about twice does not repay
+PAD_MIN_REUSE = 4
 
 #: the direct form of a convolution: (ctx, Y's type, window, group, output dims, tap dims)
 Direct = Callable[
@@ -159,7 +173,8 @@ def _direct_conv(
     k: tuple[str, ...],
 ) -> list[Statement]:
     """Y[n, m, oh, ow] = B[m] + Σ_{c, kh, kw} X[n, g*C/G + c, oh*s + kh*d - p, ...] W[m, c, kh, kw]
-    over the taps inside X."""
+    over the taps inside X (a depthwise conv over every tap of a zero-padded copy of X,
+    where `_pads_depthwise`)."""
     x, w = ctx.input_type(0), ctx.input_type(1)
     rank = len(o)
     out_dims = ("n", "m", *o)
@@ -175,11 +190,32 @@ def _direct_conv(
         channel = _group_channel("m", per_group_out, per_group_in, tap, group)
     spatial, bounds = window_taps(window, x.shape[2:], o, k)
     where = [c for axis in bounds for c in axis]
-    x_index = ("n", channel, *spatial)
+    x_load = ctx.load(ctx.node.inputs[0], ("n", channel, *spatial))
+    prologue: list[Statement] = []
+    if tap == "0" and per_group_out == 1 and _pads_depthwise(window):
+        prologue, x_load = _padded_taps(ctx, window, channel, o, k)
+        where = []
     w_index = ("m", tap, *(k[i] if i in wide else "0" for i in range(rank)))
     channels = [] if tap == "0" else [("c", per_group_in)]
     taps = tuple(zip(*channels, *((k[i], window.kernel[i]) for i in wide), strict=True))
-    return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
+    return [*prologue, *_convolution_sum(ctx, out, out_dims, x_load, w_index, taps, where)]
+
+
+def _pads_depthwise(window: Window) -> bool:
+    """Whether a padded depthwise conv reads a padded copy of its input: with long rows
+    (`PAD_MIN_ROW`) and a window reading each input element often (`PAD_MIN_REUSE`)."""
+    reuse = math.prod(k / s for k, s in zip(window.kernel, window.strides, strict=True))
+    return any(window.pads) and window.out[-1] >= PAD_MIN_ROW and reuse >= PAD_MIN_REUSE
+
+
+def _padded_taps(
+    ctx: LowerContext, window: Window, channel: str, o: tuple[str, ...], k: tuple[str, ...]
+) -> tuple[list[Statement], Expr]:
+    """The statements making X's zero-padded copy (`padded_input`), and the load of the
+    tap `o*s + k*d` from it: the domain is then a box, so each row is one piece of full
+    vectors rather than edge pieces with differently shaped ones."""
+    padded, statements = padded_input(ctx, window, 0)
+    return statements, ctx.load_temp(padded, ("n", channel, *padded_taps(window, o, k)))
 
 
 def _gathered_conv(
@@ -219,10 +255,10 @@ def _gathered_conv(
             spatial.append(f"floor(({full})/{s})")
             bounds = [f"{q} >= 0", f"{q} < {x.shape[2 + i]}"]
             where.append(f"exists ({q}: {full} = {s}*{q} and {' and '.join(bounds)})")
-    x_index = ("n", channel, *spatial)
+    x_load = ctx.load(ctx.node.inputs[0], ("n", channel, *spatial))
     w_index = (channel, filter_channel, *k)
     taps = (("c", *k), (per_group_in, *w.shape[2:]))
-    return _convolution_sum(ctx, out, out_dims, x_index, w_index, taps, where)
+    return _convolution_sum(ctx, out, out_dims, x_load, w_index, taps, where)
 
 
 # --- matrix products ------------------------------------------------------------------------

@@ -22,13 +22,18 @@ from polytile.poly.ir.kernel import Statement
 from polytile.poly.lower.base import (
     LowerContext,
     acc_dtype,
-    affine_text,
     as_dtype,
     box_statement,
     lowering,
     reduction,
 )
-from polytile.poly.lower.window import spatial_dims, window_taps
+from polytile.poly.lower.window import (
+    PAD_MIN_ROW,
+    padded_input,
+    padded_taps,
+    spatial_dims,
+    window_taps,
+)
 
 
 def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
@@ -38,49 +43,6 @@ def _tap_counts(window: Window, axis: int, low: int, high: int) -> np.ndarray:
     size, kernel = window.out[axis], window.kernel[axis]
     pos = np.arange(size)[:, None] * s + np.arange(kernel)[None, :] * d - p
     return ((pos >= low) & (pos < high)).sum(axis=1)
-
-
-#: pad a pool's input in a temporary when its window slides by one along every axis and
-#: its output rows are at least this long: every input element is then read `kernel`
-#: times along a row, which amortizes the copy; strided windows read each element about
-#: once, and short rows run scalar, so the copy does not pay for itself there
-PAD_MIN_ROW = 8
-
-
-def _padded_input(
-    ctx: LowerContext, window: Window, fill: float | int
-) -> tuple[str, list[Statement]]:
-    """X copied into a temporary holding every window tap, the taps outside X set to
-    `fill`: the pool then reads a rectangle, without the edge pieces whose differently
-    shaped vectors keep its accumulators out of registers."""
-    x = ctx.input_type(0)
-    rank = x.rank - 2
-    dims = ("n", "c", *ctx.dims(rank, "j"))
-    extents, inside, border, index = list(x.shape[:2]), [], [], ["n", "c"]
-    for i in range(rank):
-        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
-        size = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d + 1
-        extents.append(size)
-        high = min(p + x.shape[2 + i], size)
-        dim = dims[2 + i]
-        inside += [f"{dim} >= {p}", f"{dim} < {high}"]
-        border += [f"{dim} < {p}", f"{dim} >= {high}"]
-        index.append(affine_text([(1, dim)], -p))
-    padded = ctx.temp("padded", extents, x.dtype)
-    copy = ctx.statement_name(f"{ctx.node.name}_pad")
-    edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
-    value = ctx.load(ctx.node.inputs[0], tuple(index))
-    return padded, [
-        box_statement(ctx, copy, dims, extents, padded, dims, value, inside),
-        Statement(
-            edge,
-            dims,
-            ctx.domain(edge, dims, extents, " or ".join(border)),
-            padded,
-            dims,
-            const(fill, x.dtype),
-        ),
-    ]
 
 
 @lowering("MaxPool", "AveragePool")
@@ -105,14 +67,8 @@ def _pool(ctx: LowerContext) -> list[Statement]:
     max_pool = ctx.node.op_type == "MaxPool"
     if any(window.pads) and set(window.strides) == {1} and window.out[-1] >= PAD_MIN_ROW:
         lowest = np.asarray(identity("max", x.dtype)).item()
-        padded, statements = _padded_input(ctx, window, lowest if max_pool else 0)
-        shifted = [  # o + k*d: the tap's position in the padded copy (strides are 1)
-            affine_text(
-                [(1, o[i])] + ([(window.dilations[i], k[i])] if window.kernel[i] > 1 else []), 0
-            )
-            for i in range(rank)
-        ]
-        value, where = ctx.load_temp(padded, ("n", "c", *shifted)), []
+        padded, statements = padded_input(ctx, window, lowest if max_pool else 0)
+        value, where = ctx.load_temp(padded, ("n", "c", *padded_taps(window, o, k))), []
     if max_pool:
         statements += reduction(
             ctx,

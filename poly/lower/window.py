@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polytile.frontend.ops.nn import Window
-from polytile.poly.lower.base import affine_text
+from polytile.poly.ir.expr import const
+from polytile.poly.ir.kernel import Statement
+from polytile.poly.lower.base import LowerContext, affine_text, box_statement
 
 
 def spatial_dims(rank: int, prefix: str) -> tuple[str, ...]:
@@ -51,3 +53,59 @@ def window_taps(
         highest = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d - p
         where.append(within(pos, lows[i], highs[i], -p, highest))
     return index, where
+
+
+#: pad a pool's or depthwise conv's input in a temporary only when its output rows are
+#: at least this long: short rows run scalar, so the copy does not pay for itself there
+#: (a pool also slides by one along every axis, so every input element is read `kernel`
+#: times along a row, which amortizes the copy; a conv's rule is `nn.PAD_MIN_REUSE`)
+PAD_MIN_ROW = 8
+
+
+def padded_input(
+    ctx: LowerContext, window: Window, fill: float | int
+) -> tuple[str, list[Statement]]:
+    """X copied into a temporary holding every window tap, the taps outside X set to
+    `fill`: a pool or depthwise conv then reads a rectangle, without the edge pieces
+    whose differently shaped vectors keep its accumulators out of registers."""
+    x = ctx.input_type(0)
+    rank = x.rank - 2
+    dims = ("n", "c", *ctx.dims(rank, "j"))
+    extents, inside, border, index = list(x.shape[:2]), [], [], ["n", "c"]
+    for i in range(rank):
+        s, d, p = window.strides[i], window.dilations[i], window.pads[i]
+        size = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d + 1
+        extents.append(size)
+        high = min(p + x.shape[2 + i], size)
+        dim = dims[2 + i]
+        inside += [f"{dim} >= {p}", f"{dim} < {high}"]
+        border += [f"{dim} < {p}", f"{dim} >= {high}"]
+        index.append(affine_text([(1, dim)], -p))
+    padded = ctx.temp("padded", extents, x.dtype)
+    copy = ctx.statement_name(f"{ctx.node.name}_pad")
+    edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
+    value = ctx.load(ctx.node.inputs[0], tuple(index))
+    return padded, [
+        box_statement(ctx, copy, dims, extents, padded, dims, value, inside),
+        Statement(
+            edge,
+            dims,
+            ctx.domain(edge, dims, extents, " or ".join(border)),
+            padded,
+            dims,
+            const(fill, x.dtype),
+        ),
+    ]
+
+
+def padded_taps(window: Window, out_dims: Sequence[str], taps: Sequence[str]) -> list[str]:
+    """Index `o*s + k*d` of each window tap in the copy `padded_input` makes (`o*s` where
+    the window is one tap wide, as `window_taps`)."""
+    return [
+        affine_text(
+            [(window.strides[i], out_dims[i])]
+            + ([(window.dilations[i], taps[i])] if window.kernel[i] > 1 else []),
+            0,
+        )
+        for i in range(len(out_dims))
+    ]

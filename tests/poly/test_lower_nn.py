@@ -126,6 +126,53 @@ def test_conv_padding_lives_in_the_domain() -> None:
     assert ih.card(red.domain_set()) == 4 * 4 + 4 * 6 + 9
 
 
+PADDED_DEPTHWISE = {
+    "3x3": dict(x=(1, 4, 9, 10), w=(4, 1, 3, 3), group=4, pads=[1, 1, 1, 1]),
+    "5x5_stride_2": dict(
+        x=(1, 3, 19, 20), w=(3, 1, 5, 5), group=3, pads=[2, 2, 2, 2], strides=[2, 2]
+    ),
+    "dilated_asymmetric": dict(
+        x=(2, 2, 12, 11), w=(2, 1, 3, 3), group=2, pads=[2, 1, 2, 3], dilations=[2, 2]
+    ),
+    "1d": dict(x=(1, 3, 12), w=(3, 1, 5), group=3, pads=[2, 1]),
+    "float16": dict(x=(1, 2, 9, 9), w=(2, 1, 3, 3), group=2, pads=[1, 1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("case", PADDED_DEPTHWISE, ids=list(PADDED_DEPTHWISE))
+def test_a_depthwise_conv_reusing_its_input_reads_a_padded_copy(case: str, bias: bool) -> None:
+    """Long rows and a window reading each input element at least PAD_MIN_REUSE times:
+    the reduction reads a zero-padded copy of X over a box domain (every tap is a point).
+    Same results as onnxruntime (float16: onnx's reference)."""
+    spec = dict(PADDED_DEPTHWISE[case])
+    dtype = "float16" if case == "float16" else F32
+    x, w = spec.pop("x"), spec.pop("w")
+    inputs = {"x": (x, dtype), "w": (w, dtype)}
+    if bias:
+        inputs["b"] = ((w[0],), dtype)
+    node = helper.make_node("Conv", list(inputs), ["y"], **spec)
+    tolerance = dict(oracle="reference", rtol=2e-3, atol=2e-3) if dtype != F32 else dict(rtol=1e-4)
+    (kernel,) = check(make([node], inputs, ["y"]), inputs, **tolerance)
+    (padded,) = [
+        t for t in kernel.tensors.values() if t.role.value == "temporary" and "pad" in t.name
+    ]
+    (red,) = [s for s in kernel.statements if s.reduction]
+    assert padded.name in {ld.tensor for ld in loads(red.expr)}
+    box = ih.parse_set(ih.box(red.name, red.dims, ih.box_extents(red.domain_set())))
+    assert red.domain_set().is_equal(box)
+
+
+def test_a_depthwise_conv_with_little_reuse_or_short_rows_keeps_padding_in_the_domain() -> None:
+    """A 3x3 window at stride 2 reads each input about twice, and a 7-wide row runs
+    scalar: no padded copy (`PAD_MIN_REUSE`, `PAD_MIN_ROW`)."""
+    for x, strides in (((1, 4, 20, 20), [2, 2]), ((1, 4, 7, 7), [1, 1])):
+        inputs = {"x": (x, F32), "w": ((4, 1, 3, 3), F32)}
+        node = helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1] * 4, strides=strides)
+        (kernel,) = check(make([node], inputs, ["y"]), inputs, rtol=1e-4)
+        assert set(kernel.tensors) == {"x", "w", "y"}
+
+
 def test_conv_float16_accumulates_in_float32() -> None:
     inputs = {"x": ((1, 2, 4, 4), "float16"), "w": ((3, 2, 3, 3), "float16")}
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
