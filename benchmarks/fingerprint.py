@@ -56,7 +56,8 @@ def library_versions() -> dict[str, str]:
 
 
 def git_commit(root: Path | None = None) -> dict[str, object]:
-    """polytile's commit and whether the work tree differs from it (None outside git)."""
+    """polytile's commit and whether the work tree differs from it (None outside git);
+    the report's own outputs (benchmarks/results, the README's table) do not count."""
     root = root or Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
@@ -64,7 +65,8 @@ def git_commit(root: Path | None = None) -> dict[str, object]:
             cwd=root, capture_output=True, text=True, check=True, timeout=30,
         ).stdout.strip()  # fmt: skip
         changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+             ":(exclude)benchmarks/results", ":(exclude)README.md"],
             cwd=root, capture_output=True, text=True, check=True, timeout=60,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
