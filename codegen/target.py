@@ -18,7 +18,7 @@ import glob
 import importlib.util
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -165,12 +165,7 @@ def machine_defaults(l2_bytes: int) -> MachineChoices:
 def machine_choices(target: Target) -> MachineChoices:
     """A target's own prefetch choices: the defaults its kernels' hint decisions start
     from (they may differ from `machine_defaults` on a target built by hand)."""
-    return MachineChoices(
-        prefetch_weights=target.prefetch_weights,
-        prefetch_panel=target.prefetch_panel,
-        input_ahead=target.input_ahead,
-        panel_ahead=target.panel_ahead,
-    )
+    return MachineChoices(**{f.name: getattr(target, f.name) for f in fields(MachineChoices)})
 
 
 def with_hints(target: Target, hints: Mapping[str, object]) -> Target:
