@@ -55,8 +55,8 @@ from polytile.poly.default.schedule import (
 from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
-    chained_epilogue,
     compute_prologue,
+    default_inlines,
     depends,
     epilogue,
     gather_inside,
@@ -251,7 +251,7 @@ class SearchSpace:
         return dict(self._default)
 
     def _make_default(self) -> Decisions:
-        chained = chained_epilogue(self.kernel, self.main)
+        chained = default_inlines(self.kernel, self.main)
         d: Decisions = {
             "vec_loop": self.spatial[-1] if self.spatial else None,
             "vec": self.lanes,

@@ -31,8 +31,8 @@ from polytile.poly.default.conv import plan_of, schedule_conv
 from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
-    chained_epilogue,
     compute_prologue,
+    default_inlines,
     depends,
     epilogue,
     gather_inside,
@@ -101,7 +101,7 @@ def fallback_schedule(kernel: Kernel) -> Schedule:
 def _default_schedule(kernel: Kernel, config: DefaultConfig) -> Schedule:
     schedule = initial_schedule(kernel)
     main = main_statement(kernel)
-    for stmt in chained_epilogue(kernel, main):
+    for stmt in default_inlines(kernel, main):
         schedule = attempt(schedule, lambda s, st=stmt: inline_statement(s, st))
     if main.reduction:
         schedule = _schedule_reduction(schedule, main, config)
@@ -254,13 +254,16 @@ def register_block(
     config: DefaultConfig,
 ) -> tuple[str | None, int]:
     """The loop a matrix-product plan blocks in registers, and its rows: the innermost
-    spatial loop (the vector loop aside) that no operand of the vectors moves with, in
-    `gemm_block` rows where it holds two blocks of `config.rows`. Or one that they move
-    with only by group, as a grouped conv's input channel `68*floor(m/68) + c`, in the
-    most rows that never straddle a group (ShuffleNet's grouped 1x1 convs, 68 channels a
-    group). (None, `config.rows`) when neither holds two blocks."""
+    spatial loop (the vector loop aside, loops that run once skipped) that no operand of
+    the vectors moves with, in `gemm_block` rows where it holds two blocks of
+    `config.rows`. Or one that they move with only by group, as a grouped conv's input
+    channel `68*floor(m/68) + c`, in the most rows that never straddle a group
+    (ShuffleNet's grouped 1x1 convs, 68 channels a group). (None, `config.rows`) when
+    neither holds two blocks."""
     for name in reversed(spatial[:-1]):
         dim, length = dim_of[name], extent[name]
+        if length == 1:  # a loop that runs once (a [50, 1, 768] operand's middle axis)
+            continue
         if all(not depends(ld.index, dim) for ld in vec_loads):
             if length >= 2 * config.rows:
                 return name, gemm_block(length, config)

@@ -317,6 +317,43 @@ def chained_epilogue(kernel: Kernel, main: Statement) -> list[str]:
     ]
 
 
+def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
+    """Elementwise statements before the main one whose temporary is read once, by another
+    such statement over as many points (GELU's divide, erf, add and multiplies before a
+    MatMul): inlined into their reader, the chain is one pass over memory instead of one
+    per operator. What the main statement reads is left alone: inlined into a reduction
+    it would be computed again for every point that reads it."""
+    before = kernel.statements[: [s.name for s in kernel.statements].index(main.name)]
+    readers: dict[str, list[Statement]] = {}
+    for s in kernel.statements:
+        for ld in loads(s.expr):
+            readers.setdefault(ld.tensor, []).append(s)
+    found = []
+    for s in before:
+        if s.reduction or s.init_of is not None:
+            continue
+        if kernel.tensors[s.tensor].role is not Role.TEMP:
+            continue
+        if sum(1 for w in kernel.statements if w.tensor == s.tensor) != 1:
+            continue
+        reads = readers.get(s.tensor, [])
+        if len(reads) != 1:
+            continue
+        reader = reads[0]
+        if reader.name == main.name or reader.reduction or reader.init_of is not None:
+            continue
+        if ih.box_volume(reader.domain_set()) != ih.box_volume(s.domain_set()):
+            continue
+        found.append(s.name)
+    return found
+
+
+def default_inlines(kernel: Kernel, main: Statement) -> list[str]:
+    """The statements the default schedule inlines, in program order."""
+    chosen = set(chained_prologue(kernel, main)) | set(chained_epilogue(kernel, main))
+    return [s.name for s in kernel.statements if s.name in chosen]
+
+
 def vectorize_innermost(schedule: Schedule, stmt: str, width: int) -> Schedule:
     """Vectorize the innermost loop that runs `stmt` alone: in vectors of `width` when
     they divide it, whole when it is short, and in vectors of `width` and a partial last

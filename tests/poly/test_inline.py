@@ -5,6 +5,7 @@ native code), its step replays from JSON, and illegal requests name the statemen
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -226,3 +227,61 @@ def test_refusals_name_the_statement(
         inline(k, stmt)
     with pytest.raises(IllegalSchedule, match=rf"inline\({stmt}\)"):
         T.apply_step(initial_schedule(k), T.Step("inline", {"stmt": stmt}))
+
+
+def test_default_schedule_inlines_an_elementwise_chain_before_a_matmul() -> None:
+    """GELU's divide, erf, add and multiplies before a MatMul become one pass: each
+    temporary read once by the next elementwise statement is inlined; the last one, which
+    the MatMul reads, stays (inlined into the reduction it would be computed per column)."""
+    a = RNG.standard_normal((6, 40)).astype(np.float32)
+    b = RNG.standard_normal((40, 24)).astype(np.float32)
+    consts = {n: np.array(v, np.float32) for n, v in (("c", 1.4142135), ("one", 1), ("h", 0.5))}
+    nodes = [
+        helper.make_node("Div", ["a", "c"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["f"]),
+        helper.make_node("Mul", ["a", "f"], ["g"]),
+        helper.make_node("Mul", ["g", "h"], ["gelu"]),
+        helper.make_node("MatMul", ["gelu", "b"], ["y"]),
+    ]
+    k = kernel_from_node(float_model(nodes, {"a": a.shape}, {**consts, "b": b}))
+    schedule = default_schedule(k, DefaultConfig(vector_width=8))
+    inlined = {s.args["stmt"] for s in schedule.trace if s.kind == "inline"}
+    assert inlined == {producers(k, t)[0] for t in ("d", "e", "f", "g")}
+    assert "gelu" in schedule.kernel.tensors
+    x = a.astype(np.float64)
+    erf = np.vectorize(math.erf)
+    want = (0.5 * x * (1 + erf(x / 1.4142135))) @ b
+    got = NativeKernel(schedule)({"a": a})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_default_schedule_keeps_a_temporary_read_twice_or_broadcast() -> None:
+    """Inlining a temporary read by two loads, or into a reader over more points, would
+    compute it again for each: the default schedule keeps both."""
+    k = kernel(
+        "R[i, j] = A[i, j] * 3",
+        "S[i] = A[i, 0] + 1",
+        "Y[i, j] = R[i, j] * R[i, j] + S[i]",
+        A=(5, 16),
+    )
+    assert {t.name for t in k.tensors.values() if t.role is Role.TEMP} == {"R", "S"}
+    schedule = default_schedule(k, DefaultConfig(vector_width=8))
+    assert not [s for s in schedule.trace if s.kind == "inline"]
+
+
+def test_a_matmul_over_a_loop_that_runs_once_blocks_the_batch_rows() -> None:
+    """[50, 1, 64] x [64, 48] (a sequence-first activation times weights): the register
+    block is over the 50 batch rows, which share the weights, not over the single row."""
+    a = RNG.standard_normal((50, 1, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 48)).astype(np.float32)
+    k = kernel_from_node(
+        float_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a.shape}, {"b": b})
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=8))
+    (mm,) = [s for s in k.statements if s.reduction]
+    batch = schedule.kernel.statement[mm.name].dims[0]
+    unrolled = [s.args["loop"] for s in schedule.trace if s.kind == "unroll"]
+    assert unrolled and all(loop.startswith(batch) for loop in unrolled)
+    got = NativeKernel(schedule)({"a": a})["y"]
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
