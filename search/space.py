@@ -516,6 +516,9 @@ class SearchSpace:
             if len(parts) == 2:
                 outer[outer.index(rows[0])] = parts[0]
                 middle.insert(0, parts[1])
+            elif T.loop_extent(schedule, rows[0]) > 1:  # one band holds every block
+                outer.remove(rows[0])
+                middle.insert(0, rows[0])
         inner_block = [*blocks["block2_loop"], *blocks["block_loop"]]
         order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *low, *vec_inner]
         current = [lp.name for lp in schedule.loops_of(main.name)]

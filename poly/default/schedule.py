@@ -194,8 +194,12 @@ def _schedule_reduction(schedule: Schedule, main: Statement, config: DefaultConf
             outer[outer.index(v0)] = c0
             reduce_outer, middle, reduce_inner = [r0], [c1], [r1]
             reduce = [r0, r1]
-            rows_tile = cache_rows(T.loop_extent(schedule, b0), config) if blocked else 0
-            if rows_tile:  # a band of A's rows walks over the panel while it is in L2
+            row_blocks = T.loop_extent(schedule, b0) if blocked else 0
+            rows_tile = cache_rows(row_blocks, config)
+            if rows_tile >= row_blocks > 1:  # one band holds every block
+                outer.remove(b0)
+                middle.insert(0, b0)
+            elif rows_tile:  # a band of A's rows walks over the panel while it is in L2
                 schedule, (a0, a1) = T.split_named(schedule, b0, (None, rows_tile))
                 outer[outer.index(b0)] = a0
                 middle.insert(0, a1)
@@ -336,11 +340,13 @@ def cache_tiles(
 
 def cache_rows(blocks: int, config: DefaultConfig) -> int:
     """Register blocks of rows that walk over one cache tile (`cache_tiles`: a panel of B,
-    cache_reduction x cache_columns vectors) before the next tile, or 0 for all of them.
+    cache_reduction x cache_columns vectors) before the next tile, or 0 for no bands.
     With the row blocks outside the tiles every block re-reads all of B, from L3 once it
     outgrows L2; a band of `config.cache_rows` blocks reads each panel from L2 instead,
-    as BLAS's row panel of A does (see benchmarks/results/gemm-*.md)."""
-    return config.cache_rows if 0 < config.cache_rows < blocks else 0
+    as BLAS's row panel of A does (see benchmarks/results/gemm-*.md). Where one band
+    holds every block (a transformer's MLP over 50 tokens) the blocks all sit below the
+    tile: with them outside, each re-read all of B, which outgrows L2."""
+    return config.cache_rows if config.cache_rows > 0 and blocks > 1 else 0
 
 
 def packed_inputs(

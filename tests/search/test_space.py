@@ -357,6 +357,26 @@ def test_a_large_matrix_product_walks_bands_of_row_blocks_over_each_cache_tile()
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
 
 
+def test_few_row_blocks_all_walk_over_each_cache_tile() -> None:
+    """Where one band holds every row block (a transformer MLP over few tokens), the row
+    blocks sit below the reduction's cache tile, not outside (where each re-read all of
+    B); the space's default decisions build the same schedule; it matches numpy."""
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(20, 512), B=(512, 256))
+    # A (40 KB) outgrows a quarter of this L2: the rows are not walked under each tile
+    config = DefaultConfig(vector_width=8, cache_columns=2, cache_rows=4, cache_bytes=1 << 16)
+    schedule = default_schedule(k, config)
+    space = SearchSpace(k, config=config)
+    assert space.build(space.default_decisions()).trace == schedule.trace_json()
+    loops = [lp.name for lp in schedule.loops_of("Y")]
+    k0 = next(n for n in loops if n.startswith("k"))
+    assert not any(n.startswith("i") for n in loops[: loops.index(k0)])
+    assert any(n.startswith("i") and T.loop_extent(schedule, n) > 1 for n in loops)
+    a = RNG.standard_normal((20, 512)).astype(np.float32)
+    b = RNG.standard_normal((512, 256)).astype(np.float32)
+    got = NativeKernel(schedule)({"A": a, "B": b})["Y"]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
 def untiled_after(schedule: Schedule, stmt: str) -> list[str]:
     """The loops between the reduction's outer part and the register block."""
     loops = [lp.name for lp in schedule.loops_of(stmt)]
