@@ -35,11 +35,18 @@ if TYPE_CHECKING:
 def kernel_of(graph: Graph, group: Group, config: LowerConfig | None = None) -> Kernel:
     """A fused group's kernel as `compile`, task extraction and `explain` see it: lowered,
     its elementwise consumers of strided pieces folded into them, then its whole planes
-    flattened."""
+    flattened: the trailing ones (NCHW images), then axes 1 and 2 (the h and w of the
+    [n, h, w, c] activations of channels-last blocks and of their [n, h, w] statistics,
+    then one loop of rows for a matrix product's register blocks)."""
     from polytile.poly.lower import lower
     from polytile.poly.transform.fold import fold_into_writers
 
-    return flatten_planes(fold_into_writers(lower(graph, group, config)))
+    kernel = flatten_planes(fold_into_writers(lower(graph, group, config)))
+    merged = flatten_planes(kernel, first=1)
+    four_d = [n for n, t in kernel.tensors.items() if len(t.shape) >= 4]
+    if any(merged.tensors[n].shape != kernel.tensors[n].shape for n in four_d):
+        return merged
+    return kernel  # [n, c, h*w] images and [n, s, d] sequences keep their axes
 
 
 def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:
@@ -52,17 +59,34 @@ def _accesses(s: Statement) -> list[tuple[str, tuple[str | Expr, ...]]]:
 _Plane = tuple[str, str, int, int]
 
 
-def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> _Plane | None:
-    """The statement's pair of dims walking the trailing axes of the tensors of `flat` it
-    touches and their extents, when it touches them only that way (else None: none of
-    them may flatten)."""
+def _start(rank: int, first: int | None) -> int:
+    """The first of the two axes that merge: `first`, or the last two (None)."""
+    return rank - 2 if first is None else first
+
+
+def _pair(index: tuple, first: int | None) -> tuple:
+    """The two entries of `index` that merge."""
+    start = _start(len(index), first)
+    return index[start : start + 2]
+
+
+def _rest(index: tuple, first: int | None) -> tuple:
+    """`index` without its `_pair`."""
+    start = _start(len(index), first)
+    return (*index[:start], *index[start + 2 :])
+
+
+def _plane(kernel: Kernel, s: Statement, flat: set[str], first: int | None) -> _Plane | None:
+    """The statement's pair of dims walking the merging axes (`_start`) of the tensors of
+    `flat` it touches and their extents, when it touches them only that way (else None:
+    none of them may flatten)."""
     accesses = _accesses(s)
-    pairs = {index[-2:] for tensor, index in accesses if tensor in flat}
+    pairs = {_pair(index, first) for tensor, index in accesses if tensor in flat}
     if len(pairs) != 1:
         return None
     a, b = next(iter(pairs))  # two distinct dims of `s` (`flatten_planes` made sure)
     for tensor, index in accesses:
-        rest = index[:-2] if tensor in flat else index
+        rest = _rest(index, first) if tensor in flat else index
         for entry in rest:
             if not isinstance(entry, str) or mentions(entry, a) or mentions(entry, b):
                 return None
@@ -71,7 +95,8 @@ def _plane(kernel: Kernel, s: Statement, flat: set[str]) -> _Plane | None:
     extents = ih.separable_box(s.domain_set(), [s.dims.index(a), s.dims.index(b)])
     if extents is None:
         return None
-    if any(kernel.tensors[t].shape[-2:] != tuple(extents) for t, _ in accesses if t in flat):
+    shapes = [kernel.tensors[t].shape for t, _ in accesses if t in flat]
+    if any(_pair(shape, first) != tuple(extents) for shape in shapes):
         return None
     return a, b, extents[0], extents[1]
 
@@ -87,15 +112,17 @@ def _prologue(kernel: Kernel) -> set[str]:
     return set()  # no reduction: an elementwise kernel merges or stays as it is
 
 
-def flatten_planes(kernel: Kernel) -> Kernel:
+def flatten_planes(kernel: Kernel, first: int | None = None) -> Kernel:
     """The kernel with every tensor of rank ≥ 3 that all its statements touch as whole
-    bare planes merged along its two trailing axes (the kernel itself when none is); a
-    prologue statement that cannot merge writes such a tensor row-major."""
+    bare planes merged along two axes, its last two or (`first`) axes first and first + 1
+    (the kernel itself when none is); a prologue statement that cannot merge writes such
+    a tensor row-major."""
     linear = _prologue(kernel)
-    flat = {t.name for t in kernel.tensors.values() if len(t.shape) >= 3}
-    for s in kernel.statements:  # a tensor not indexed by two bare dims at the end stays
+    low = 3 if first is None else max(3, first + 2)
+    flat = {t.name for t in kernel.tensors.values() if len(t.shape) >= low}
+    for s in kernel.statements:  # a tensor not indexed by two bare dims there stays
         for tensor, index in _accesses(s):
-            pair = index[-2:]
+            pair = _pair(index, first)
             if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(s.dims):
                 flat.discard(tensor)
     planes: dict[str, _Plane] = {}
@@ -105,7 +132,7 @@ def flatten_planes(kernel: Kernel) -> Kernel:
             touched = {t for t, _ in _accesses(s)} & flat
             if not touched:
                 continue
-            pair = _plane(kernel, s, flat)
+            pair = _plane(kernel, s, flat, first)
             if pair is not None:
                 planes[s.name] = pair
                 continue
@@ -119,23 +146,24 @@ def flatten_planes(kernel: Kernel) -> Kernel:
     flat &= {t for s in kernel.statements if s.name in planes for t, _ in _accesses(s)}
     if not flat:
         return kernel
-    tensors = {name: _flat_tensor(t) if name in flat else t for name, t in kernel.tensors.items()}
+    tensors = {n: _flat_tensor(t, first) if n in flat else t for n, t in kernel.tensors.items()}
     statements = tuple(
-        _flat_statement(s, planes[s.name], flat)
+        _flat_statement(s, planes[s.name], flat, first)
         if s.name in planes
-        else _linear_statement(s, kernel, flat)
+        else _linear_statement(s, kernel, flat, first)
         for s in kernel.statements
     )
     return Kernel(kernel.name, tensors, statements)
 
 
-def _flat_tensor(t: Tensor) -> Tensor:
-    shape = (*t.shape[:-2], t.shape[-2] * t.shape[-1])
+def _flat_tensor(t: Tensor, first: int | None) -> Tensor:
+    a = _start(len(t.shape), first)
+    shape = (*t.shape[:a], t.shape[a] * t.shape[a + 1], *t.shape[a + 2 :])
     value = t.value.reshape(shape) if t.value is not None else None
     return replace(t, shape=shape, value=value)
 
 
-def _flat_statement(s: Statement, plane: _Plane, flat: set[str]) -> Statement:
+def _flat_statement(s: Statement, plane: _Plane, flat: set[str], first: int | None) -> Statement:
     a, b, height, width = plane
     merged = f"{a}_{b}"
     while merged in s.dims:
@@ -145,7 +173,10 @@ def _flat_statement(s: Statement, plane: _Plane, flat: set[str]) -> Statement:
     dims = tuple(merged if d == a else d for d in s.dims if d != b)
 
     def index(tensor: str, old: tuple[str | Expr, ...]) -> tuple[str | Expr, ...]:
-        return (*old[:-2], merged) if tensor in flat else old
+        if tensor not in flat:
+            return old
+        start = _start(len(old), first)
+        return (*old[:start], merged, *old[start + 2 :])
 
     def load(e: Expr) -> Expr | None:
         if isinstance(e, Load) and e.tensor in flat:
@@ -161,15 +192,17 @@ def _flat_statement(s: Statement, plane: _Plane, flat: set[str]) -> Statement:
     )
 
 
-def _linear_statement(s: Statement, kernel: Kernel, flat: set[str]) -> Statement:
+def _linear_statement(s: Statement, kernel: Kernel, flat: set[str], first: int | None) -> Statement:
     """`s` with its accesses of flattened tensors row-major, `[.., h, w]` → `[.., h*W + w]`
     (the same element: flattening keeps memory as it is); its own dims stay."""
 
     def index(tensor: str, old: tuple) -> tuple:
         if tensor not in flat:
             return old
-        width = kernel.tensors[tensor].shape[-1]
-        return (*old[:-2], affine_text([(width, old[-2]), (1, old[-1])]))
+        start = _start(len(old), first)
+        width = kernel.tensors[tensor].shape[start + 1]
+        merged = affine_text([(width, old[start]), (1, old[start + 1])])
+        return (*old[:start], merged, *old[start + 2 :])
 
     def load(e: Expr) -> Expr | None:
         if isinstance(e, Load) and e.tensor in flat:

@@ -195,3 +195,34 @@ def test_a_prologue_that_cannot_merge_keeps_what_it_reads() -> None:
     x = RNG.standard_normal((1, 3, 4, 5)).astype(np.float32)
     want = np.einsum("chv,mc->mvh", 2 * x[0], w)[None]
     check(k, flat, {"X": x}, want)
+
+
+def test_a_channels_last_matmul_walks_its_pixels_as_one_row_loop() -> None:
+    """[1, h, w, c] x [c, m] (a ConvNeXt block's MLP): `first=1` merges h and w, before the
+    channels, into one axis of h*w rows; the weights and the bias stay as they are."""
+    x = RNG.standard_normal((1, 3, 5, 16)).astype(np.float32)
+    w = RNG.standard_normal((16, 8)).astype(np.float32)
+    b = RNG.standard_normal(8).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["t"]),
+        helper.make_node("Add", ["t", "b"], ["y"]),
+    ]
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"w": w, "b": b}))
+    assert flatten_planes(k) is k  # the trailing pair is (w, c) for x but (w, m) for y
+    flat = flatten_planes(k, first=1)
+    assert [t.shape for t in flat.inputs()] == [(1, 15, 16)]
+    assert [t.shape for t in flat.outputs()] == [(1, 15, 8)]
+    assert sorted(t.shape for t in flat.tensors.values() if t.value is not None) == [(8,), (16, 8)]
+    check(k, flat, {"x": x}, x.astype(np.float64) @ w + b)
+
+
+def test_a_channels_last_layer_norm_merges_its_pixels() -> None:
+    x = RNG.standard_normal((1, 3, 4, 8)).astype(np.float32)
+    scale = RNG.standard_normal(8).astype(np.float32)
+    nodes = [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)]
+    k = kernel_from_node(float_model(nodes, {"x": x.shape}, {"s": scale}))
+    flat = flatten_planes(k, first=1)
+    assert [t.shape for t in flat.inputs()] == [(1, 12, 8)]
+    d = x.astype(np.float64) - x.mean(-1, keepdims=True)
+    want = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * scale
+    check(k, flat, {"x": x}, want)
