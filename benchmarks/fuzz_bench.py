@@ -1,0 +1,498 @@
+"""Fuzzing campaign: random legal schedules of the zoos' kernels, each built as native code
+and run against the kernel's reference; counts miscompiles (target: 0). Writes
+benchmarks/results/fuzz-CPU.{json,md} (CPU: LLVM's name for this machine's).
+
+A sample picks one of the distinct kernels (by workload key) of the static float models
+of the legacy and the modern zoo (seeded), samples decisions of its `SearchSpace` and
+mutates them a few times (as the evolutionary search does), builds the candidate, replays
+its JSON trace (what the tuner measures), compiles it natively and runs it on the
+kernel's seeded random inputs. The reference is the kernel run in program order by the
+oracle (`poly.oracle.reference`) when it has at most `ORACLE_INSTANCES` statement
+instances, else the kernel's initial (untransformed) schedule run natively.
+
+Outcomes: `ok`; `refused` (the build raised `IllegalSchedule` / `BudgetExceeded`: a legal
+refusal, as the search records it); `miscompile` (outputs differ beyond the tolerance);
+`crash` (any other exception, a trace whose replay differs from the built schedule, a
+worker that died or hung). Every miscompile and crash is kept with its model, workload
+key, decisions and trace in the json; `--replay FILE` checks them again.
+
+Tolerance (`compare`): schedules reassociate float sums (tiles, vectors, rfactor), so an
+output may differ from the reference by rounding, growing with the reduction's length
+and cancelling terms. An element is wrong when
+|got − want| > RTOL·|want| + ATOL·max|want| (max over the output tensor), both scaled by
+the dtype's epsilon relative to float32's; NaN and infinities must match exactly, as must
+integer and boolean outputs. The json records the worst error seen as a fraction of its
+allowance (`worst_ok`), which shows the margin.
+
+Samples run in worker processes (forked after the kernels are lowered), each sample
+under a time limit: a crash in native code or a hang costs a worker, not the campaign.
+
+    python benchmarks/fuzz_bench.py [--samples 10000] [--seed 0] [--jobs 1]
+    python benchmarks/fuzz_bench.py --models squeezenet bert_small --samples 500
+    python benchmarks/fuzz_bench.py --replay benchmarks/results/fuzz-znver4.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polytile.codegen.configs import default_config
+from polytile.codegen.native import NativeKernel, random_inputs
+from polytile.codegen.target import Target, host, machine_choices
+from polytile.errors import IllegalSchedule
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.oracle.reference import run_program_order
+from polytile.poly.transform.steps import replay
+from polytile.search.space import Decisions, SearchSpace
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: float32 tolerance of an element, relative to itself and to its tensor's largest value
+RTOL = 1e-4
+ATOL = 1e-5
+#: kernels with at most this many statement instances are checked against the oracle
+ORACLE_INSTANCES = 20_000
+#: by default, kernels whose largest tensor has more elements are skipped (slow to run)
+MAX_ELEMENTS = 1 << 20
+#: mutations applied after a sample: 0 .. MUTATIONS - 1
+MUTATIONS = 4
+#: seconds a worker may spend on one sample (builds have their own 60 s budget)
+SAMPLE_SECONDS = 300.0
+#: samples a worker runs before it is replaced (bounds what leaks per JIT module)
+RECYCLE = 400
+
+
+def default_models() -> list[str]:
+    """The static float models of the legacy (onnx-light) and modern zoos; VGG-19 left
+    out (550 MB of weights to build, and every kernel of it above `MAX_ELEMENTS`)."""
+    from polytile import zoo
+
+    return [
+        i.name
+        for i in zoo.list_models()
+        if i.source in ("onnx-light", "modern")
+        and not (i.quantized or i.symbolic)
+        and i.name != "vgg19"
+    ]
+
+
+@dataclass(frozen=True)
+class FuzzKernel:
+    """One distinct kernel: its workload key, fused op kind and the model it came from."""
+
+    key: str
+    kernel: Kernel
+    kind: str
+    model: str
+
+    @property
+    def elements(self) -> int:
+        return largest_tensor(self.kernel)
+
+
+def largest_tensor(kernel: Kernel) -> int:
+    return max((math.prod(t.shape) for t in kernel.tensors.values()), default=0)
+
+
+def instances(kernel: Kernel) -> int:
+    """Statement instances of the kernel (what the oracle executes one by one)."""
+    return sum(int(s.domain_set().count_val().to_python()) for s in kernel.statements)
+
+
+def collect(models: Sequence[str], max_elements: int = MAX_ELEMENTS) -> list[FuzzKernel]:
+    """The distinct kernels of the models (first model first), as `compile` lowers them,
+    whose tensors have at most `max_elements` elements each."""
+    from polytile import zoo
+    from polytile.search.tasks import extract_tasks
+
+    found: dict[str, FuzzKernel] = {}
+    for name in models:
+        for task in extract_tasks(zoo.load(name)):
+            if task.key not in found and largest_tensor(task.kernel) <= max_elements:
+                found[task.key] = FuzzKernel(task.key, task.kernel, task.kind, name)
+    return list(found.values())
+
+
+def compare(got: np.ndarray, want: np.ndarray) -> float:
+    """The worst element's error as a fraction of its allowance (see the module's
+    docstring): above 1 the output is wrong."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return math.inf
+    if want.dtype.kind not in "fc":
+        return 0.0 if np.array_equal(got, want) else math.inf
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(
+        g[np.isinf(w)], w[np.isinf(w)]
+    ):
+        return math.inf
+    if not finite.any():
+        return 0.0
+    g, w = g[finite], w[finite]
+    if not np.isfinite(g).all():
+        return math.inf
+    scale = np.finfo(want.dtype).eps / np.finfo(np.float32).eps
+    allowed = scale * (RTOL * np.abs(w) + ATOL * max(float(np.max(np.abs(w))), 1e-30))
+    return float(np.max(np.abs(g - w) / allowed)) if w.size else 0.0
+
+
+@dataclass
+class Outcome:
+    """What one sample did: `status` is ok / refused / miscompile / crash."""
+
+    status: str
+    message: str = ""
+    #: the worst element's error over its allowance (`compare`)
+    error: float = 0.0
+    decisions: Decisions | None = None
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Checker:
+    """One kernel's search space, inputs and reference outputs, made once."""
+
+    def __init__(self, kernel: Kernel, target: Target, seed: int = 0) -> None:
+        self.kernel = kernel
+        self.target = target
+        self.space = SearchSpace(
+            kernel, config=default_config(target), machine=machine_choices(target)
+        )
+        self.inputs = random_inputs(kernel, seed)
+        names = [t.name for t in kernel.outputs()]
+        if instances(kernel) <= ORACLE_INSTANCES:
+            self.reference = "program order"
+            buffers = run_program_order(kernel, self.inputs)
+        else:
+            self.reference = "initial schedule"
+            buffers = NativeKernel(initial_schedule(kernel), target)(self.inputs)
+        self.want = {n: buffers[n] for n in names}
+
+    def outputs(self, schedule: Schedule) -> dict[str, np.ndarray]:
+        """The schedule's outputs on the kernel's inputs, run natively."""
+        return NativeKernel(schedule, self.target).outputs(self.inputs)
+
+    def verdict(self, got: Mapping[str, np.ndarray]) -> Outcome:
+        errors = {n: compare(got[n], want) for n, want in self.want.items()}
+        name, worst = max(errors.items(), key=lambda e: e[1], default=("", 0.0))
+        if worst > 1.0:
+            message = f"output {name} differs from the reference ({self.reference})"
+            return Outcome("miscompile", f"{message}: {worst:.3g}× the tolerance", worst)
+        return Outcome("ok", error=worst)
+
+    def check_schedule(self, schedule: Schedule) -> Outcome:
+        """A schedule's verdict: refused when its AST does not pass codegen's checks."""
+        try:
+            got = self.outputs(schedule)
+        except IllegalSchedule as err:
+            return Outcome("refused", f"{type(err).__name__}: {err}"[:2000])
+        return self.verdict(got)
+
+    def check_trace(self, trace: Sequence[Mapping[str, Any]]) -> Outcome:
+        """A recorded candidate (JSON trace) replayed on the kernel, built, run, compared."""
+        try:
+            schedule = replay(self.kernel, json.loads(json.dumps(list(trace))))
+        except IllegalSchedule as err:
+            return Outcome("refused", f"{type(err).__name__}: {err}"[:2000])
+        outcome = self.check_schedule(schedule)
+        outcome.trace = list(trace)
+        return outcome
+
+    def check(self, decisions: Decisions) -> Outcome:
+        """Build the candidate of these decisions, replay its JSON trace (what the tuner
+        measures), run it and compare; any exception but a refusal is a crash."""
+        trace: list[dict[str, Any]] = []
+        try:
+            try:
+                candidate = self.space.build(decisions)
+            except IllegalSchedule as err:  # BudgetExceeded too: a legal refusal
+                outcome = Outcome("refused", f"{type(err).__name__}: {err}"[:2000])
+            else:
+                trace = candidate.trace
+                replayed = replay(self.kernel, json.loads(json.dumps(trace)))
+                if replayed.body != candidate.schedule.body:
+                    outcome = Outcome("crash", "the replayed trace builds another schedule")
+                else:
+                    outcome = self.check_schedule(replayed)
+        except Exception as err:  # a bug: kept with its trace
+            outcome = Outcome("crash", f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+        outcome.decisions, outcome.trace = dict(decisions), trace
+        return outcome
+
+
+def sample_decisions(space: SearchSpace, rng: random.Random) -> Decisions:
+    """A sample of the space, mutated 0 to MUTATIONS - 1 times."""
+    decisions = space.sample(rng)
+    for _ in range(rng.randrange(MUTATIONS)):
+        decisions = space.mutate(decisions, rng)
+    return decisions
+
+
+def sample_rng(seed: int, index: int) -> random.Random:
+    """Sample `index`'s generator: which kernel it picks, then its decisions."""
+    return random.Random(f"fuzz:{seed}:{index}")
+
+
+class Sampler:
+    """Runs samples in this process, making each kernel's `Checker` on first use."""
+
+    def __init__(self, kernels: Sequence[FuzzKernel], target: Target, seed: int) -> None:
+        self.kernels = kernels
+        self.target = target
+        self.seed = seed
+        self.checkers: dict[int, Checker] = {}
+
+    def kernel_of(self, index: int) -> int:
+        return sample_rng(self.seed, index).randrange(len(self.kernels))
+
+    def run(self, index: int) -> tuple[int, Outcome]:
+        rng = sample_rng(self.seed, index)
+        k = rng.randrange(len(self.kernels))
+        try:
+            if k not in self.checkers:
+                self.checkers[k] = Checker(self.kernels[k].kernel, self.target, self.seed)
+            checker = self.checkers[k]
+        except Exception as err:  # the reference itself failed: a bug
+            return k, Outcome("crash", f"reference: {type(err).__name__}: {err}")
+        return k, checker.check(sample_decisions(checker.space, rng))
+
+
+# --- worker processes ---------------------------------------------------------------------
+
+
+def _worker(sampler: Sampler, conn: Connection, recycle: int) -> None:
+    for _ in range(recycle):
+        index = conn.recv()
+        if index is None:
+            break
+        k, outcome = sampler.run(index)
+        conn.send((index, k, asdict(outcome)))
+    conn.close()
+
+
+class Pool:
+    """Worker processes forked from this one (they share its lowered kernels); a worker
+    that dies or overruns `SAMPLE_SECONDS` is killed and replaced, its sample a crash."""
+
+    def __init__(self, sampler: Sampler, jobs: int, timeout: float = SAMPLE_SECONDS) -> None:
+        self.sampler = sampler
+        self.jobs = jobs
+        self.timeout = timeout
+        self.context = multiprocessing.get_context("fork")
+        self.workers: dict[Connection, Any] = {}
+        self.busy: dict[Connection, tuple[int, float, int]] = {}
+
+    def _start(self) -> Connection:
+        parent, child = self.context.Pipe()
+        proc = self.context.Process(
+            target=_worker, args=(self.sampler, child, RECYCLE), daemon=True
+        )
+        proc.start()
+        child.close()
+        self.workers[parent] = [proc, 0]
+        return parent
+
+    def _stop(self, conn: Connection, kill: bool) -> None:
+        proc, _ = self.workers.pop(conn)
+        if kill:
+            proc.kill()
+        proc.join(5)
+        conn.close()
+
+    def run(self, indices: Sequence[int], deadline: float) -> Any:
+        """Yields (index, kernel, outcome dict) as samples finish; stops handing out
+        samples after `deadline` (time.monotonic())."""
+        todo = list(reversed(indices))
+        while todo or self.busy:
+            while todo and time.monotonic() < deadline and len(self.busy) < self.jobs:
+                idle = [c for c in self.workers if c not in self.busy]
+                conn = idle[0] if idle else self._start()
+                if self.workers[conn][1] >= RECYCLE:
+                    self._stop(conn, kill=False)
+                    conn = self._start()
+                index = todo.pop()
+                conn.send(index)
+                self.workers[conn][1] += 1
+                self.busy[conn] = (index, time.monotonic(), self.sampler.kernel_of(index))
+            if time.monotonic() >= deadline:
+                todo.clear()
+            if not self.busy:
+                break
+            for conn in wait(list(self.busy), timeout=1.0):
+                index, _, k = self.busy.pop(conn)
+                try:
+                    yield conn.recv()
+                except (EOFError, OSError):
+                    code = self.workers[conn][0].exitcode
+                    self._stop(conn, kill=True)
+                    yield index, k, asdict(Outcome("crash", f"the worker died (exit {code})"))
+            now = time.monotonic()
+            for conn, (index, start, k) in list(self.busy.items()):
+                if now - start > self.timeout:
+                    del self.busy[conn]
+                    self._stop(conn, kill=True)
+                    message = f"no result within {self.timeout:.0f} s (killed)"
+                    yield index, k, asdict(Outcome("crash", message))
+
+    def close(self) -> None:
+        for conn in list(self.workers):
+            with contextlib.suppress(OSError):
+                conn.send(None)
+            self._stop(conn, kill=False)
+
+
+# --- the campaign -------------------------------------------------------------------------
+
+
+def campaign(
+    kernels: Sequence[FuzzKernel],
+    samples: int,
+    seed: int,
+    jobs: int,
+    target: Target,
+    minutes: float | None = None,
+) -> dict[str, Any]:
+    """Run the samples (or as many as fit in `minutes`); the counts and the failures."""
+    sampler = Sampler(kernels, target, seed)
+    pool = Pool(sampler, jobs)
+    start = time.monotonic()
+    deadline = start + minutes * 60 if minutes else math.inf
+    counts: Counter[str] = Counter()
+    kinds: dict[str, Counter[str]] = {}
+    failures, worst_ok, sampled = [], {"error": 0.0}, set()
+    try:
+        for done, (index, k, outcome) in enumerate(pool.run(range(samples), deadline), 1):
+            fk = kernels[k]
+            sampled.add(k)
+            counts[outcome["status"]] += 1
+            kinds.setdefault(fk.kind, Counter())[outcome["status"]] += 1
+            if outcome["status"] in ("miscompile", "crash"):
+                failures.append({"sample": index, "model": fk.model, "workload": fk.key,
+                                 "kind": fk.kind, **outcome})  # fmt: skip
+                print(f"sample {index} ({fk.model} {fk.kind}): {outcome['status']}: "
+                      f"{outcome['message'].splitlines()[0][:300]}", flush=True)  # fmt: skip
+            elif outcome["status"] == "ok" and outcome["error"] > worst_ok["error"]:
+                worst_ok = {"error": outcome["error"], "sample": index, "model": fk.model,
+                            "kind": fk.kind}  # fmt: skip
+            if done % 100 == 0:
+                elapsed = time.monotonic() - start
+                print(f"{done} samples, {elapsed:.0f} s: {dict(counts)}", flush=True)
+    finally:
+        pool.close()
+    total = sum(counts.values())
+    seconds = time.monotonic() - start
+    return {
+        "samples": total,
+        "kernels": len(kernels),
+        "kernels_sampled": len(sampled),
+        "ok": counts["ok"],
+        "refusals": counts["refused"],
+        "miscompiles": counts["miscompile"],
+        "crashes": counts["crash"],
+        "seconds": round(seconds, 1),
+        "seconds_per_sample": round(seconds / max(total, 1), 3),
+        "jobs": jobs,
+        "seed": seed,
+        "worst_ok": worst_ok,
+        "kinds": {kind: dict(c) for kind, c in sorted(kinds.items())},
+        "failures": failures,
+    }
+
+
+def report_lines(result: Mapping[str, Any], models: Sequence[str], max_elements: int) -> list[str]:
+    r = result
+    lines = [
+        "# Fuzzing: random legal schedules against the reference",
+        "",
+        f"{r['samples']} samples over {r['kernels']} distinct kernels (largest tensor ≤ "
+        f"{max_elements} elements) of {len(models)} zoo models, seed {r['seed']}, "
+        f"{r['jobs']} worker(s): {r['miscompiles']} miscompiles, {r['crashes']} crashes, "
+        f"{r['refusals']} refusals in {r['seconds']} s ({r['seconds_per_sample']} s per "
+        f"sample). Tolerance: |got − want| ≤ {RTOL}·|want| + {ATOL}·max|want|; worst "
+        f"passing error {r['worst_ok']['error']:.3g}× of it.",
+        "",
+        "| op kind | samples | ok | refused | miscompile | crash |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, c in r["kinds"].items():
+        lines.append(
+            f"| {kind} | {sum(c.values())} | {c.get('ok', 0)} | {c.get('refused', 0)} "
+            f"| {c.get('miscompile', 0)} | {c.get('crash', 0)} |"
+        )
+    if r["failures"]:
+        lines += ["", "| sample | model | kind | status | message |", "|---|---|---|---|---|"]
+        for f in r["failures"]:
+            message = f["message"].splitlines()[0][:160].replace("|", "/")
+            lines.append(
+                f"| {f['sample']} | {f['model']} | {f['kind']} | {f['status']} | {message} |"
+            )
+    return lines
+
+
+def replay_failures(path: Path, target: Target) -> int:
+    """Check a results file's failures again from their traces; the number still failing."""
+    data = json.loads(path.read_text())
+    failures = data["rows"]["failures"]
+    kernels = {}
+    for model in sorted({f["model"] for f in failures}):
+        kernels.update({k.key: k for k in collect([model], max_elements=1 << 62)})
+    failing = 0
+    for f in failures:
+        checker = Checker(kernels[f["workload"]].kernel, target, data["rows"]["seed"])
+        trace, decisions = f["trace"], f["decisions"]
+        outcome = checker.check_trace(trace) if trace else checker.check(decisions)
+        failing += outcome.status in ("miscompile", "crash")
+        print(f"sample {f['sample']} ({f['model']}): {outcome.status} {outcome.message[:300]}")
+    return failing
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-elements", type=int, default=MAX_ELEMENTS)
+    parser.add_argument("--models", nargs="*", default=None, help="zoo models (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--minutes", type=float, default=None, help="stop handing out samples")
+    parser.add_argument("--threads", type=int, default=None, help="threads of a kernel")
+    parser.add_argument("--replay", type=Path, help="check a results file's failures again")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    args = parser.parse_args(argv)
+    target = host(args.threads)
+    if args.replay:
+        raise SystemExit(1 if replay_failures(args.replay, target) else 0)
+    from fingerprint import fingerprint, write_results
+
+    models = args.models or default_models()
+    start = time.monotonic()
+    kernels = collect(models, args.max_elements)
+    lowering = time.monotonic() - start
+    print(f"{len(kernels)} kernels of {len(models)} models in {lowering:.0f} s", flush=True)
+    result = campaign(kernels, args.samples, args.seed, args.jobs, target, args.minutes)
+    result["lowering_seconds"] = round(lowering, 1)
+    result["kernel_list"] = [
+        {"model": k.model, "kind": k.kind, "elements": k.elements, "workload": k.key}
+        for k in kernels
+    ]
+    lines = report_lines(result, models, args.max_elements)
+    meta = {"models": models, "max_elements": args.max_elements, "rtol": RTOL, "atol": ATOL}
+    write_results(args.out, f"fuzz-{target.cpu}", result, lines, meta, fingerprint(args.threads))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
