@@ -104,6 +104,21 @@ class _UnionFind:
         self.parent[self.find(other)] = self.find(keep)
 
 
+def _detour(q: nx.DiGraph, src: str, dst: str) -> bool:
+    """Whether a path leads from src to dst other than their direct edge."""
+    stack = [t for t in q.successors(src) if t != dst]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        for t in q.successors(node):
+            if t == dst:
+                return True
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return False
+
+
 class _Partitioner:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -114,6 +129,7 @@ class _Partitioner:
         self.anchors = [
             n for n in self.compute if OPS[n.op_type].kind in (OpKind.ANCHOR, OpKind.REDUCTION)
         ]
+        self._groups: nx.DiGraph | None = None
 
     # --- queries --------------------------------------------------------------------
     def kind(self, node: Node) -> OpKind:
@@ -148,18 +164,26 @@ class _Partitioner:
         ra, rb = self.sets.find(a), self.sets.find(b)
         if ra == rb:
             return True
-        q = self.quotient()
-        for src, dst in ((ra, rb), (rb, ra)):
-            if q.has_edge(src, dst):
-                q.remove_edge(src, dst)
-            if nx.has_path(q, src, dst):
-                return False
-        return True
+        q = self.groups_graph()
+        return not (_detour(q, ra, rb) or _detour(q, rb, ra))
+
+    def groups_graph(self) -> nx.DiGraph:
+        """The quotient graph of the current groups, kept up to date by `merge` (built
+        once: rebuilding it for every merge made partitioning quadratic)."""
+        if self._groups is None:
+            self._groups = self.quotient()
+        return self._groups
 
     def merge(self, keep: Node, other: Node) -> bool:
         if not self.can_merge(keep.name, other.name):
             return False
+        ra, rb = self.sets.find(keep.name), self.sets.find(other.name)
         self.sets.union(keep.name, other.name)
+        if ra != rb:  # contract rb into ra, the root `union` keeps
+            q = self.groups_graph()
+            q.add_edges_from((p, ra) for p in q.predecessors(rb) if p != ra)
+            q.add_edges_from((ra, t) for t in q.successors(rb) if t != ra)
+            q.remove_node(rb)
         return True
 
     # --- rules ----------------------------------------------------------------------
