@@ -12,8 +12,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -23,6 +24,8 @@ from polytile.errors import CodegenError
 from . import vecmath
 from .llvm_types import NUM_THREADS
 from .target import Target, _init_llvm, default_threads, openmp_library
+
+T = TypeVar("T")
 
 
 def function_attributes(target: Target) -> str:
@@ -111,16 +114,44 @@ def compile_parts(
     behind one lock, so threads would not help); forked workers share the parent's
     initialized LLVM. Serial where fork is unavailable, for a single module or for little
     IR in all."""
-    workers = min(workers or default_threads(), len(texts))
     jobs = [(t, target, pic) for t in texts]
-    small = sum(len(t) for t in texts) < SERIAL_CHARS
-    if workers <= 1 or small or "fork" not in mp.get_all_start_methods():
-        return [_compile_args(j) for j in jobs]
-    order = sorted(range(len(jobs)), key=lambda i: -len(texts[i]))  # biggest first
-    with mp.get_context("fork").Pool(workers) as pool:
-        done = pool.map(_compile_args, [jobs[i] for i in order], chunksize=1)
-    by_job = dict(zip(order, done, strict=True))
-    return [by_job[i] for i in range(len(jobs))]
+    if sum(len(t) for t in texts) < SERIAL_CHARS:
+        workers = 1
+    return forked_map(lambda i: _compile_args(jobs[i]), len(jobs), workers, [len(t) for t in texts])
+
+
+#: the function `forked_map`'s workers run (set before they fork, so nothing is pickled)
+_FORKED: Callable[[int], Any] | None = None
+
+
+def _run_forked(i: int) -> Any:
+    assert _FORKED is not None
+    return _FORKED(i)
+
+
+def forked_map(
+    fn: Callable[[int], T],
+    count: int,
+    workers: int | None = None,
+    cost: Sequence[int] | None = None,
+) -> list[T]:
+    """[fn(0), ..., fn(count - 1)] computed on `workers` forked processes (the machine's
+    cores by default), the costliest first (`cost`), results pickled back: for Python and
+    LLVM work that the GIL or llvmlite's lock would serialize on threads. Serial for one
+    worker or item, or where fork is unavailable."""
+    global _FORKED
+    workers = min(workers or default_threads(), count)
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        return [fn(i) for i in range(count)]
+    order = sorted(range(count), key=lambda i: -cost[i]) if cost else list(range(count))
+    _FORKED = fn
+    try:
+        with mp.get_context("fork").Pool(workers) as pool:
+            done = pool.map(_run_forked, order, chunksize=1)
+    finally:
+        _FORKED = None
+    by_item = dict(zip(order, done, strict=True))
+    return [by_item[i] for i in range(count)]
 
 
 @functools.cache

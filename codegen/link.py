@@ -38,7 +38,7 @@ from polytile.poly.ir.deps import may_share
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.ir.schedule import Schedule
 
-from .jit import Part, compile_parts, finalize
+from .jit import Part, compile_parts, finalize, forked_map
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
 from .target import Target, with_hints
@@ -120,7 +120,7 @@ def link(
     AST is checked already; `asts` holds those at hand (None where not), which need not
     be built again. `checks` are the run-time index tensors (`index_bounds`)."""
     prefix = f"pt{hashlib.sha256(graph.name.encode()).hexdigest()[:8]}"
-    emitted = functions(schedules, target, prefix, asts)
+    emitted = functions(schedules, target, prefix, asts, workers)
     placed = layout(graph, schedules, emitted.names, workloads, checks)
     entry = new_module(graph.name, target)
     constant_bytes = [c.nbytes for c in placed.constants]
@@ -130,37 +130,48 @@ def link(
     return Linked(placed, tuple(parts), len(emitted.texts))
 
 
+#: distinct kernels below which emitting them serially beats forking workers
+PARALLEL_EMIT = 8
+
+
 def functions(
     schedules: Sequence[Schedule],
     target: Target,
     prefix: str,
     asts: Sequence[AstNode | None] | None = None,
+    workers: int | None = None,
 ) -> Functions:
     """Each schedule's kernel function, emitted once per distinct IR text and named
     `<prefix>_k<n>_<kernel>`, each with its schedule's codegen hints over the target's
     defaults. The same workload under the same trace is the same code, taken without
     emitting it again."""
+    keys = [(s.kernel.workload_key(), s.trace_hash()) for s in schedules]
+    first = [step for step, key in enumerate(keys) if keys.index(key) == step]
+
+    def emit(job: int) -> tuple[str, int]:
+        step = first[job]
+        schedule = schedules[step]
+        ast = asts[step] if asts is not None else None
+        hinted = with_hints(target, schedule.hints)
+        mc, fn = kernel_module(schedule, PLACEHOLDER, hinted, verify=False, ast=ast)
+        return finalize(mc.module, hinted), len(fn.params)
+
+    # Python builds the IR: forked workers emit the kernels side by side
+    workers = 1 if len(first) < PARALLEL_EMIT else workers
+    emitted = forked_map(emit, len(first), workers)
     by_text: dict[str, str] = {}  # IR text's hash -> function name
     known: dict[tuple[str, str], str] = {}  # (workload, trace) -> function name
-    names: list[str] = []
     texts: list[str] = []
     arity: dict[str, int] = {}
-    for step, schedule in enumerate(schedules):
-        key = (schedule.kernel.workload_key(), schedule.trace_hash())
-        if key not in known:
-            ast = asts[step] if asts is not None else None
-            hinted = with_hints(target, schedule.hints)
-            mc, fn = kernel_module(schedule, PLACEHOLDER, hinted, verify=False, ast=ast)
-            text = finalize(mc.module, hinted)
-            digest = hashlib.sha256(text.encode()).hexdigest()
-            if digest not in by_text:
-                name = f"{prefix}_k{len(by_text)}_{_short(schedule.kernel)}"
-                by_text[digest] = name
-                arity[name] = len(fn.params)
-                texts.append(_renamed(text, name))
-            known[key] = by_text[digest]
-        names.append(known[key])
-    return Functions(tuple(names), tuple(texts), arity)
+    for step, (text, params) in zip(first, emitted, strict=True):
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest not in by_text:
+            name = f"{prefix}_k{len(by_text)}_{_short(schedules[step].kernel)}"
+            by_text[digest] = name
+            arity[name] = params
+            texts.append(_renamed(text, name))
+        known[keys[step]] = by_text[digest]
+    return Functions(tuple(known[key] for key in keys), tuple(texts), arity)
 
 
 def _short(kernel: Kernel) -> str:

@@ -136,7 +136,8 @@ def test_conv_relu_residual() -> None:
 @pytest.mark.parametrize(("m", "k", "n"), [(24, 512, 512), (20, 700, 640)])
 def test_cache_tiled_matmul_relu(m: int, k: int, n: int) -> None:
     """A long reduction under many vector tiles: k and the vector tiles are cache-tiled
-    (S R S R S), with a partial last k tile in the second shape; the ReLU epilogue
+    (S R S S R S: the few row blocks walk over each tile), with a partial last k tile in
+    the second shape; the ReLU epilogue
     still runs once per output tile. (A's few rows would rather stay cached with the
     vector tiles outermost, `weights_first`, which is off here; rows of two vectors
     leave enough vector tiles to group, `wide_rows` off.)"""
@@ -144,7 +145,7 @@ def test_cache_tiled_matmul_relu(m: int, k: int, n: int) -> None:
     config = DefaultConfig(vector_width=16, stream_weights=False, wide_rows=False)
     schedule = default_schedule(kern, config)
     loops = [lp.name for lp in schedule.loops_of("Y")]
-    assert loops[-5:] == ["k0", "j01", "k1", "i1", "j1"]
+    assert loops[-6:] == ["k0", "i0", "j01", "k1", "i1", "j1"]
     inputs = _inputs(kern)
     a, b = inputs["A"].astype(np.float64), inputs["B"].astype(np.float64)
     _run(kern, 16, {"C": np.maximum(a @ b, 0).astype(np.float32)})

@@ -10,8 +10,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
+import polytile.codegen.link as link
+from polytile.codegen.configs import default_config
 from polytile.codegen.link import PLACEHOLDER, OutputCopy, _renamed
+from polytile.codegen.target import host
 from polytile.errors import CodegenError
+from polytile.frontend import import_model, partition
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.transform.flatten import kernel_of
 
 RNG = np.random.default_rng(0)
 W1, W2 = (RNG.standard_normal((16, 16)).astype(np.float32) for _ in range(2))
@@ -97,3 +103,24 @@ def test_renaming_refuses_text_that_names_the_placeholder_otherwise_than_once() 
         _renamed(calls_itself, "pt_k0_relu")
     with pytest.raises(CodegenError, match="0 times"):
         _renamed("define void @other() {\n  ret void\n}\n", "pt_k0_relu")
+
+
+def test_kernels_emitted_on_forked_workers_give_the_same_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Emission on two forked workers (the threshold lowered so a small model uses them)
+    gives the functions, the calls and the IR texts that serial emission gives."""
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w1"], ["m"]), node("Relu", ["m"], ["r"])]
+    nodes += [node("Sigmoid", ["r"], ["s"]), node("MatMul", ["s", "w2"], ["y"])]
+    graph = import_model(_model("forked", [16, 16], nodes, ["y"], {"w1": W1, "w2": W2}))
+    target = host(2, 3)
+    schedules = [
+        default_schedule(kernel_of(graph, g), default_config(target))
+        for g in partition(graph).groups
+    ]
+    serial = link.functions(schedules, target, "pt0", workers=1)
+    monkeypatch.setattr(link, "PARALLEL_EMIT", 1)
+    forked = link.functions(schedules, target, "pt0", workers=2)
+    assert len(serial.texts) >= 2
+    assert forked == serial
