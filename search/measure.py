@@ -95,6 +95,13 @@ class MeasureConfig:
     workers: int = 1
     #: a Dask scheduler's address ("tcp://10.0.0.5:8786"): build candidates on its cluster
     scheduler: str | None = None
+    #: seconds the tuner's construction of one candidate (sketch steps, checks, AST) may
+    #: take in its worker process before the worker is killed (`search.builder`); None
+    #: builds in the tuner's process, under the isl budgets only
+    build_timeout: float | None = 60.0
+    #: processes constructing the tuner's candidates in parallel (the tuner waits for
+    #: them, the measuring workers are idle meanwhile)
+    build_workers: int = 2
 
     @property
     def start(self) -> str:
@@ -109,8 +116,16 @@ class MeasureConfig:
     def __post_init__(self) -> None:
         if self.cold not in COLD:
             raise InputError(f"MeasureConfig: cold must be one of {COLD}, got {self.cold!r}")
-        if self.workers < 1:
-            raise InputError(f"MeasureConfig: workers must be at least 1, got {self.workers}")
+        if self.build_timeout is not None and not self.build_timeout > 0:
+            raise InputError(
+                f"MeasureConfig: build_timeout must be positive seconds or None, got "
+                f"{self.build_timeout!r}"
+            )
+        if self.workers < 1 or self.build_workers < 1:
+            raise InputError(
+                f"MeasureConfig: workers and build_workers must be at least 1, got "
+                f"{self.workers}, {self.build_workers}"
+            )
         if self.scheduler is not None and not (
             isinstance(self.scheduler, str) and self.scheduler.strip()
         ):

@@ -11,10 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from polytile.errors import BudgetExceeded
 from polytile.poly.ir.schedule import Schedule
 
+from .builder import Built
 from .records import Record, trace_key
-from .space import Candidate, SearchSpace
+from .space import SearchSpace
 from .tasks import Task
 
 
@@ -44,13 +46,13 @@ class TaskState:
     done: bool = False
     #: random inputs and the default schedule's outputs on them (the verification oracle)
     reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
-    #: built candidates by their decisions (mutations often revisit them)
-    built: dict[str, Candidate] = field(default_factory=dict)
-    #: the cost model's features of built candidates by trace (a borrowed candidate is
-    #: ranked again every round until it is measured; a feature row costs isl work)
-    features: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    #: built candidates (traces and feature rows) by their decisions (mutations often
+    #: revisit them; a borrowed candidate is ranked again every round until measured)
+    built: dict[str, Built] = field(default_factory=dict)
     #: decisions whose build went over budget: never built again
     refused: set[str] = field(default_factory=set)
+    #: builds over budget not recorded yet (a round that had no trial left for them)
+    held: dict[str, tuple[Mapping[str, Any], BudgetExceeded]] = field(default_factory=dict)
     #: this round's builds over budget (their records, written already): trials too
     over: list[Record] = field(default_factory=list)
     #: rounds in a row that found nothing to measure

@@ -1,11 +1,56 @@
 """What a tune reports: per task, its kind, weight, trials and the default's and best
-latencies, and for the model the estimate they add up to (and the validation's table)."""
+latencies, and for the model the estimate they add up to (and the validation's table),
+and where the tune's time went (`Clock`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from .validate import Validation
+
+#: the parts of a tune's time, in the order they are reported: building candidates (and
+#: their feature rows), ranking them with the cost model, measuring them (of which
+#: compiling — LLVM — and verifying them, and timing them, as the measuring workers
+#: report), refitting the cost model, a task's reference outputs and workers' task
+#: switch, appending the records, and validation inside the model
+PARTS = ("build", "rank", "measure", "model", "reference", "records", "validate")
+#: the measurement's own parts (within "measure")
+MEASURE_PARTS = ("compile", "run")
+
+
+@dataclass
+class Clock:
+    """Seconds spent per part of the tune; parts never nest, so they add up to at most the
+    wall time, and what they leave is the search's own bookkeeping."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def time_table(seconds: Mapping[str, float], wall: float, trials: int) -> str:
+    """Where the time went: each part's seconds, share of the wall time and ms per trial."""
+    per = max(trials, 1)
+    lines = [f"time per trial: {wall / per * 1e3:.0f} ms ({wall:.1f} s, {trials} trials)"]
+    accounted = sum(seconds.get(p, 0.0) for p in PARTS)
+    named = [(p, seconds[p]) for p in (*PARTS, *MEASURE_PARTS) if seconds.get(p)]
+    for name, s in [*named, ("other", max(wall - accounted, 0.0))]:
+        indent = "    " if name in MEASURE_PARTS else "  "
+        share = s / wall * 100 if wall > 0 else 0.0
+        lines.append(f"{indent}{name:<10} {s:8.2f} s {share:5.1f} % {s / per * 1e3:8.1f} ms/trial")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -32,6 +77,10 @@ class TuneResult:
     validation: Validation | None = None
     #: whether the search ended early: the estimate stopped improving (`EarlyStop`)
     stopped_early: bool = False
+    #: seconds per part of the tune (`PARTS`, `MEASURE_PARTS`), within `seconds`
+    time: Mapping[str, float] = field(default_factory=dict)
+    #: seconds before the search: extracting the tasks, their default schedules and spaces
+    setup: float = 0.0
 
     def estimated_ms(self, tuned: bool) -> float:
         """Σ weight × kernel latency: the model's latency as the tasks add it up."""
@@ -58,4 +107,7 @@ class TuneResult:
         )
         if self.validation is not None and self.validation.tasks:
             lines.append(self.validation.table())
+        if self.time:
+            lines.append(f"setup (tasks, default schedules): {self.setup:.1f} s")
+            lines.append(time_table(self.time, self.seconds, self.trials))
         return "\n".join(lines)

@@ -39,17 +39,17 @@ import numpy as np
 
 from polytile.codegen.configs import default_config, lower_config
 from polytile.codegen.target import Target, host, machine_choices
-from polytile.errors import BudgetExceeded, IllegalSchedule, InputError, TuningError
+from polytile.errors import BudgetExceeded, InputError, TuningError
 from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import default_schedule
-from polytile.poly.transform.steps import replay
 
-from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model, trace_features
+from .builder import Built, SpaceSpec, make_builder
+from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model
 from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, trace_key
-from .space import Candidate, Decisions, SearchSpace
+from .space import Decisions, SearchSpace
 from .state import TaskState, decisions_key
-from .summary import TaskSummary, TuneResult
+from .summary import Clock, TaskSummary, TuneResult
 from .tasks import Task, extract_tasks, select_tasks
 from .validate import ValidateConfig, validate
 
@@ -69,8 +69,8 @@ PARENTS, MUTATE = 8, 0.7
 BORROW = 2
 #: measured candidates of earlier runs replayed per task to pre-train the cost model
 PRETRAIN = 256
-#: built candidates kept per task (mutations revisit decisions; schedules hold isl text)
-BUILT_CACHE = 1024
+#: built candidates kept per task (mutations revisit decisions)
+BUILT_CACHE = 4096
 #: rounds in a row with only builds over budget after which a task is left alone
 IDLE = 3
 #: the relative fall of the estimated model latency that counts as progress for early
@@ -131,7 +131,12 @@ class Tuner:
         self.start_from_default = start_from_default
         self.rng = random.Random(seed)
         self.model: CostModel = model if model is not None else GBModel(seed=seed)
+        #: where candidates are built: killable workers unless `build_timeout` is None
+        self.builder = make_builder(target, self.measure_config)
+        #: where the tune's time goes (`summary.PARTS`)
+        self.clock = Clock()
         config = default_config(target)
+        machine = machine_choices(target)
         self.states: list[TaskState] = []
         previous: dict[str, list[Record]] = {}
         for r in records.read(target=target.key()):
@@ -151,9 +156,10 @@ class Tuner:
         for task in tasks:
             state = TaskState(
                 task,
-                SearchSpace(task.kernel, config=config, machine=machine_choices(target)),
+                SearchSpace(task.kernel, config=config, machine=machine),
                 default_schedule(task.kernel, config),
             )
+            self.builder.add(task.key, SpaceSpec(task.kernel, config, machine), state.space)
             self._resume(state, previous.get(task.key, []))
             self.states.append(state)
         if self.strategy == "evolutionary" and any(s.measured for s in self.states):
@@ -162,14 +168,16 @@ class Tuner:
     def _resume(self, state: TaskState, records: list[Record]) -> None:
         """Earlier measurements of the task: never repeated, in the population, and (the
         latest PRETRAIN of them, replayed) training the cost model."""
-        replayed = set(range(max(0, len(records) - PRETRAIN), len(records)))
+        replayed = [
+            i
+            for i in range(max(0, len(records) - PRETRAIN), len(records))
+            if self.strategy == "evolutionary" and records[i].error != "budget"
+        ]
+        # replayed where candidates are built (a replay is a build); None: not replayable
+        made = self.builder.rows(state.task.key, [records[i].trace for i in replayed])
+        rows = dict(zip(replayed, made, strict=True))
         for i, r in enumerate(records):
-            row = None
-            if i in replayed and self.strategy == "evolutionary" and r.error != "budget":
-                try:
-                    row = tuple(trace_features(replay(state.task.kernel, r.trace)))
-                except (IllegalSchedule, KeyError, TypeError, ValueError):
-                    row = None  # a trace of another polytile version: not replayable
+            row = rows.get(i)
             decisions = state.space.complete(r.decisions) if r.decisions is not None else None
             state.add(r, decisions, row)
         state.rounds = 1 if state.trials else 0
@@ -192,38 +200,59 @@ class Tuner:
         same = built is not None and trace_key(built.trace) == state.default_key
         return decisions if same else None
 
-    def _build(self, state: TaskState, decisions: Decisions) -> Candidate | None:
-        """The candidate (built once while kept); None when its build went over budget,
-        now (its `budget` record is appended, a trial of this round) or before."""
-        key = decisions_key(decisions)
-        if key in state.refused:
-            return None
-        if key not in state.built:
-            if len(state.built) >= BUILT_CACHE:  # schedules hold isl text: bound the memory
-                state.built.clear()
-                state.features.clear()
-            try:
-                state.built[key] = state.space.build(decisions)
-            except BudgetExceeded as err:
-                record = Record(
-                    workload=state.task.key,
-                    target=self.target.key(),
-                    trace=err.trace,
-                    error="budget",
-                    message=str(err)[:2000],
-                    seed=self.seed,
-                    decisions=dict(decisions),
-                )
-                self.records.append([record])
-                state.add(record, decisions, None)
-                state.over.append(record)
-                return None
-        return state.built[key]
+    def _build(self, state: TaskState, decisions: Decisions) -> Built | None:
+        return self._build_many(state, [decisions])[0]
 
-    def _borrowed(self, state: TaskState, exclude: frozenset[str] = frozenset()) -> list[Candidate]:
+    def _build_many(
+        self, state: TaskState, jobs: list[Decisions], limit: int | None = None
+    ) -> list[Built | None]:
+        """The candidates of `jobs` (each built once while kept; the new ones together, in
+        the builder's workers); None where a build went over budget, now (its `budget`
+        record appended, a trial of this round, unless `limit` such trials were reached
+        already this round) or before."""
+        todo: dict[str, Decisions] = {}
+        for decisions in jobs:
+            key = decisions_key(decisions)
+            if key not in state.refused and key not in state.built and key not in state.held:
+                todo.setdefault(key, decisions)
+        if todo:
+            if len(state.built) + len(todo) > BUILT_CACHE:  # bound the memory
+                state.built.clear()
+            with self.clock.part("build"):
+                outcomes = self.builder.build(
+                    state.task.key, list(todo.values()), self.strategy == "evolutionary"
+                )
+            for (key, decisions), outcome in zip(todo.items(), outcomes, strict=True):
+                if isinstance(outcome, Built):
+                    state.built[key] = outcome
+                else:
+                    state.held[key] = (decisions, outcome)
+        for decisions in jobs:  # refusals in order, as many as this round has trials for
+            key = decisions_key(decisions)
+            if key in state.held and (limit is None or len(state.over) < limit):
+                self._refuse(state, *state.held.pop(key))
+        return [state.built.get(decisions_key(d)) for d in jobs]
+
+    def _refuse(self, state: TaskState, decisions: Decisions, err: BudgetExceeded) -> None:
+        """A build over budget: its record (a trial), and its decisions never built again."""
+        record = Record(
+            workload=state.task.key,
+            target=self.target.key(),
+            trace=tuple(err.trace),
+            error="budget",
+            message=str(err)[:2000],
+            seed=self.seed,
+            decisions=dict(decisions),
+        )
+        with self.clock.part("records"):
+            self.records.append([record])
+        state.add(record, decisions, None)
+        state.over.append(record)
+
+    def _borrowed(self, state: TaskState, exclude: frozenset[str] = frozenset()) -> list[Built]:
         """The best decisions of the other tasks of the same kind, as candidates of this
         one that were never measured nor are in `exclude` (one per distinct trace)."""
-        found: dict[str, Candidate] = {}
+        jobs = []
         for other in self.states:
             if other is state or other.task.kind != state.task.kind:
                 continue
@@ -233,7 +262,9 @@ class Tuner:
             best = min(measured, key=lambda m: m.latency)
             if best.latency == float("inf"):
                 continue
-            candidate = self._build(state, state.space.complete(best.decisions))
+            jobs.append(state.space.complete(best.decisions))
+        found: dict[str, Built] = {}
+        for candidate in self._build_many(state, jobs):
             if candidate is None:
                 continue
             key = trace_key(candidate.trace)
@@ -243,11 +274,12 @@ class Tuner:
 
     def propose(
         self, state: TaskState, count: int, exclude: frozenset[str] = frozenset()
-    ) -> list[Candidate]:
+    ) -> list[Built]:
         """`count` candidates never measured and not in `exclude` (the traces already in
         this batch), all distinct; fewer by the builds over budget meanwhile (trials too:
-        once they fill the batch, proposing stops)."""
-        found: list[Candidate] = []
+        once they fill the batch, proposing stops). The decisions still wanted are drawn
+        together and built together (in parallel with several build workers)."""
+        found: list[Built] = []
         keys: set[str] = set(exclude)
         evolutionary = self.strategy == "evolutionary"
         borrowed = self._borrowed(state, exclude) if evolutionary and count > 1 else []
@@ -256,45 +288,45 @@ class Tuner:
         parents = self._parents(state) if evolutionary else []
         attempts = 0
         while len(found) < pool and attempts < 40 * pool and len(state.over) < count:
-            attempts += 1
-            if parents and self.rng.random() < MUTATE:
-                decisions = state.space.mutate(self.rng.choice(parents), self.rng)
-            else:
-                decisions = state.space.sample(self.rng)
-            candidate = self._build(state, decisions)
-            if candidate is None:
-                continue
-            key = trace_key(candidate.trace)
-            if key in state.seen or key in keys:
-                continue
-            keys.add(key)
-            found.append(candidate)
+            jobs = []
+            for _ in range(min(pool - len(found), 40 * pool - attempts)):
+                attempts += 1
+                if parents and self.rng.random() < MUTATE:
+                    jobs.append(state.space.mutate(self.rng.choice(parents), self.rng))
+                else:
+                    jobs.append(state.space.sample(self.rng))
+            for candidate in self._build_many(state, jobs, limit=count):
+                if candidate is None:
+                    continue
+                key = trace_key(candidate.trace)
+                if key in state.seen or key in keys:
+                    continue
+                keys.add(key)
+                found.append(candidate)
         count -= min(len(state.over), count)
         if borrowed and count > 1:
-            scores = self.model.predict_rows(self._features(state, borrowed))
+            with self.clock.part("rank"):
+                scores = self.model.predict_rows(self._features(borrowed))
             order = [int(i) for i in np.argsort(-scores, kind="stable")]
             taken = [borrowed[i] for i in order[: min(BORROW, count - 1)]]
-            return [*taken, *self._ranked(state, found, count - len(taken))]
+            return [*taken, *self._ranked(found, count - len(taken))]
         if not evolutionary or len(found) <= count:
             return found[:count]
-        return self._ranked(state, found, count)
+        return self._ranked(found, count)
 
     @staticmethod
-    def _features(state: TaskState, candidates: list[Candidate]) -> list[tuple[float, ...]]:
-        """The candidates' feature rows, each computed once while its build is kept."""
-        rows = []
-        for c in candidates:
-            key = trace_key(c.trace)
-            if key not in state.features:
-                state.features[key] = tuple(trace_features(c.schedule))
-            rows.append(state.features[key])
-        return rows
+    def _features(candidates: list[Built]) -> list[tuple[float, ...]]:
+        """The candidates' feature rows (computed where they were built)."""
+        rows = [c.row for c in candidates]
+        assert all(r is not None for r in rows), "an evolutionary build has its features"
+        return rows  # type: ignore[return-value]
 
-    def _ranked(self, state: TaskState, found: list[Candidate], count: int) -> list[Candidate]:
+    def _ranked(self, found: list[Built], count: int) -> list[Built]:
         """The cost model's top `count` of `found`, less an epsilon share picked at random."""
         if len(found) <= count:
             return found
-        scores = self.model.predict_rows(self._features(state, found))
+        with self.clock.part("rank"):
+            scores = self.model.predict_rows(self._features(found))
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         explore = round(self.epsilon * count)
         chosen = order[: count - explore]
@@ -351,15 +383,16 @@ class Tuner:
         """Measure one batch (at most `budget` candidates) of a task's candidates."""
         batch = min(self.batch, budget) if budget is not None else self.batch
         task = state.task
-        if state.reference is None:  # the default schedule's outputs, computed once
-            state.reference = reference_outputs(state.default, self.target, self.seed)
-        if measurer.task_key != task.key:
-            before = measurer.preludes(task.producers)
-            measurer.set_task(task.kernel, *state.reference, before)
-            measurer.task_key = task.key
+        with self.clock.part("reference"):
+            if state.reference is None:  # the default schedule's outputs, computed once
+                state.reference = reference_outputs(state.default, self.target, self.seed)
+            if measurer.task_key != task.key:
+                before = measurer.preludes(task.producers)
+                measurer.set_task(task.kernel, *state.reference, before)
+                measurer.task_key = task.key
         state.over = []
         traces: list[list[dict[str, Any]]] = []
-        candidates: list[Candidate | None] = []
+        candidates: list[Built | None] = []
         default_decisions = None
         if state.baseline is None:
             traces.append(state.default_trace)
@@ -375,7 +408,11 @@ class Tuner:
         if not traces:  # nothing left to measure, or for a while only builds over budget
             state.done = not state.over or state.idle >= IDLE
             return list(state.over)
-        measured = measurer.measure(task.key, traces, self.seed)
+        with self.clock.part("measure"):
+            measured = measurer.measure(task.key, traces, self.seed)
+        for span in measurer.spans:  # the workers' own parts of measuring
+            if span.phase in ("build", "time"):
+                self.clock.add("compile" if span.phase == "build" else "run", span.end - span.start)
         records = []
         for record, candidate in zip(measured, candidates, strict=True):
             if candidate is None:
@@ -384,21 +421,23 @@ class Tuner:
                         f"task {task.index}: the default schedule failed ({record.error}: "
                         f"{record.message})"
                     )
-                decisions, schedule = default_decisions, state.default
+                decisions = default_decisions
             else:
-                decisions, schedule = dict(candidate.decisions), candidate.schedule
+                decisions = dict(candidate.decisions)
             records.append(replace(record, decisions=decisions))
             row = None
-            if self.strategy == "evolutionary":  # ranked candidates have theirs already
-                row = (
-                    self._features(state, [candidate])[0]
-                    if candidate is not None
-                    else tuple(trace_features(schedule))
-                )
+            if self.strategy == "evolutionary":  # built candidates have theirs already
+                if candidate is not None:
+                    row = self._features([candidate])[0]
+                else:
+                    with self.clock.part("build"):
+                        row = self.builder.rows(task.key, [state.default_trace])[0]
             state.add(records[-1], decisions, row)
-        self.records.append(records)
+        with self.clock.part("records"):
+            self.records.append(records)
         if self.strategy == "evolutionary":
-            self._retrain()
+            with self.clock.part("model"):
+                self._retrain()
         return [*state.over, *records]
 
     def summary(self, seconds: float, trials: int) -> TuneResult:
@@ -412,7 +451,17 @@ class Tuner:
                     default_ms, best_ms,
                 )
             )  # fmt: skip
-        return TuneResult(tuple(rows), trials, seconds)
+        return TuneResult(tuple(rows), trials, seconds, time=dict(self.clock.seconds))
+
+    def close(self) -> None:
+        """Stop the build workers."""
+        self.builder.close()
+
+    def __enter__(self) -> Tuner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def tune(
@@ -465,6 +514,7 @@ def tune(
         assert compile_model is not None
         return compile_model(model, records=records, input_shapes=input_shapes, target=target)
 
+    setup = time.perf_counter()
     all_tasks = extract_tasks(model, input_shapes, lower_config(target))
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
@@ -494,6 +544,27 @@ def tune(
         pool=pool,
         start_from_default=start_from_default,
     )
+    try:
+        start = time.perf_counter()
+        result = _search(tuner, target, trials, time_budget, validation, variant, progress,
+                         cost_model, early_stopping)  # fmt: skip
+    finally:
+        tuner.close()
+    return replace(result, setup=start - setup)
+
+
+def _search(
+    tuner: Tuner,
+    target: Target,
+    trials: int,
+    time_budget: float | None,
+    validation: ValidateConfig | None,
+    variant: Callable[[Sequence[Record]], CompiledModel],
+    progress: bool,
+    cost_model: str | None,
+    early_stopping: int | None,
+) -> TuneResult:
+    """`tune`'s search loop and validation, with `tuner` made."""
     start = time.perf_counter()
     used = 0
     # the validation's neighbours are trials too: one per task, at most a tenth of them
@@ -523,6 +594,7 @@ def tune(
                 break
     if bar is not None:
         bar.close()
+    tuner.close()  # the build workers are done: validation compiles the whole model
     if cost_model is not None and isinstance(tuner.model, GBModel):
         tuner.model.save(cost_model)
     checked = None
@@ -530,10 +602,11 @@ def tune(
         if progress:
             print("timing the best candidates inside the model ...", flush=True)
         chosen = [s.task for s in tuner.states]
-        checked = validate(
-            chosen, tuner.records, target, variant, validation, tuner.measure_config,
-            budget=trials - used,
-        )  # fmt: skip
+        with tuner.clock.part("validate"):
+            checked = validate(
+                chosen, tuner.records, target, variant, validation, tuner.measure_config,
+                budget=trials - used,
+            )  # fmt: skip
         used += checked.trials
     summary = tuner.summary(time.perf_counter() - start, used)
     return replace(summary, validation=checked, stopped_early=stopped)

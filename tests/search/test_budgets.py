@@ -24,6 +24,7 @@ from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.oracle.interp import run_schedule
 from polytile.poly.oracle.reference import run_program_order
 from polytile.search import budget as B
+from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
 from polytile.search.space import SearchSpace
 from polytile.search.state import decisions_key
@@ -108,13 +109,16 @@ def test_refused_decisions_are_never_built_again(
 
     monkeypatch.setattr(SearchSpace, "build", build)
     path = tmp_path / "r.jsonl"
-    tune(matmul_model(), trials=12, records=str(path), seed=5, batch=4, progress=False)
+    here = MeasureConfig(build_timeout=None)  # built in this process: the patch applies
+    tune(matmul_model(), trials=12, records=str(path), seed=5, batch=4, progress=False,
+         measure=here)  # fmt: skip
     records = RecordFile(path).read()
     refused = {decisions_key(r.decisions) for r in records if r.error == "budget"}
     assert refused and any(r.ok for r in records[1:])
     assert len(built) == len(set(built))  # nothing built twice (the tuner keeps builds)
     built.clear()
-    tune(matmul_model(), trials=8, records=str(path), seed=6, batch=4, progress=False)
+    tune(matmul_model(), trials=8, records=str(path), seed=6, batch=4, progress=False,
+         measure=here)  # fmt: skip
     assert not refused & set(built)
     assert len(RecordFile(path).read()) == len(records) + 8
 

@@ -19,6 +19,9 @@ from polytile.search.tasks import extract_tasks, select_tasks
 from polytile.search.tune import tune
 
 RNG = np.random.default_rng(0)
+#: candidates built in the test's process: tests of the tuner's logic start no build
+#: workers (`test_builder.py` tests them)
+HERE = MeasureConfig(build_timeout=None)
 W = RNG.standard_normal((32, 48)).astype(np.float32)
 
 
@@ -109,7 +112,9 @@ def test_same_seed_and_records_propose_the_same_candidates(tmp_path: Path) -> No
     records = RecordFile(tmp_path / "r.jsonl")
 
     def proposals(seed: int, strategy: str) -> list[str]:
-        tuner = Tuner(tasks, records, host(1), seed, strategy, model=RandomModel(seed))
+        tuner = Tuner(
+            tasks, records, host(1), seed, strategy, model=RandomModel(seed), measure=HERE
+        )
         return [json.dumps(c.trace) for c in tuner.propose(tuner.states[0], 6)]
 
     for strategy in ("random", "evolutionary"):
@@ -130,7 +135,7 @@ def test_a_batch_measuring_the_default_never_proposes_it_again(tmp_path: Path) -
 
     tasks, records = extract_tasks(model()), RecordFile(tmp_path / "r.jsonl")
     # one candidate built per slot (no ranking): the mutations of the default show at once
-    tuner = Tuner(tasks, records, host(1), 0, model=RandomModel(0), pool=1)
+    tuner = Tuner(tasks, records, host(1), 0, model=RandomModel(0), pool=1, measure=HERE)
     state = tuner.states[0]
 
     def hits(exclude: frozenset[str]) -> int:
@@ -246,7 +251,9 @@ def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> No
 
     (task,) = extract_tasks(model())
     tasks = [task, replace(task, index=1, weight=4)]
-    tuner = Tuner(tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0)
+    tuner = Tuner(
+        tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0, measure=HERE
+    )
     assert tuner.next_task() is tuner.states[0]  # warm-up: no baseline yet
 
     def measure(state: object, latencies: list[float]) -> None:
@@ -263,7 +270,8 @@ def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> No
     assert tuner.next_task() is second
     assert tuner.gradient(second) == pytest.approx(4 * tuner.gradient(first))
     # equal weights, trials and latencies: the task still improving wins
-    tuner = Tuner(tasks[:1] * 2, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0)
+    tuner = Tuner(tasks[:1] * 2, RecordFile(tmp_path / "r.jsonl"), host(), 0, task_epsilon=0.0,
+                  measure=HERE)  # fmt: skip
     first, second = tuner.states
     measure(first, [2e-3] * 8 + [2e-3 - k * 1.25e-4 for k in range(1, 9)])
     measure(second, [1e-3] * 16)
@@ -280,10 +288,11 @@ def test_the_population_starts_from_the_default_decisions_unless_ablated(
 
     tasks = extract_tasks(model())
     records = RecordFile(tmp_path / "r.jsonl")
-    seeded = Tuner(tasks, records, host(), 0)
+    seeded = Tuner(tasks, records, host(), 0, measure=HERE)
     state = seeded.states[0]
     assert seeded._parents(state) == [state.space.default_decisions()]
-    assert Tuner(tasks, records, host(), 0, start_from_default=False)._parents(state) == []
+    ablated = Tuner(tasks, records, host(), 0, start_from_default=False, measure=HERE)
+    assert ablated._parents(state) == []
 
 
 def two_matmuls() -> onnx.ModelProto:
@@ -315,7 +324,8 @@ def test_a_task_tries_the_best_decisions_of_its_kind_from_the_other_tasks(
 
     tasks = extract_tasks(two_matmuls())
     assert len(tasks) == 2 and tasks[0].kind == tasks[1].kind
-    tuner = Tuner(tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, model=RandomModel(0))
+    tuner = Tuner(tasks, RecordFile(tmp_path / "r.jsonl"), host(), 0, model=RandomModel(0),
+                  measure=HERE)  # fmt: skip
     first, second = tuner.states
     rng = random.Random(3)
     samples = [first.space.sample(rng) for _ in range(40)]
@@ -391,5 +401,5 @@ def test_the_tuners_hint_decisions_start_from_its_targets_choices(tmp_path: Path
     ahead = 8 if machine_defaults(host().l2_bytes).input_ahead != 8 else 24
     target = replace(host(1), input_ahead=ahead)
     tuner = Tuner(extract_tasks(model()), RecordFile(tmp_path / "r.jsonl"), target, 0,
-                  model=RandomModel(0))  # fmt: skip
+                  model=RandomModel(0), measure=HERE)  # fmt: skip
     assert {s.space.machine.input_ahead for s in tuner.states} == {ahead}
