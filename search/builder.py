@@ -157,11 +157,12 @@ class _BuildWorker(_Worker):
     command = ("-m", "polytile.search.builder")
 
 
-def _stop_all(workers: list[_BuildWorker | None]) -> None:
-    for worker in workers:
-        if worker is not None:
-            worker.send(("stop",))
-            worker.stop(grace=1.0)
+def _stop_all(workers: list[_Worker | None]) -> None:
+    running = [w for w in workers if w is not None]
+    for worker in running:  # all told first: they exit together
+        worker.send(("stop",))
+    for worker in running:
+        worker.stop(grace=1.0)
 
 
 class Builder:

@@ -118,14 +118,10 @@ class MeasureConfig:
             raise InputError(f"MeasureConfig: cold must be one of {COLD}, got {self.cold!r}")
         if self.build_timeout is not None and not self.build_timeout > 0:
             raise InputError(
-                f"MeasureConfig: build_timeout must be positive seconds or None, got "
-                f"{self.build_timeout!r}"
+                f"MeasureConfig: build_timeout must be > 0 or None, not {self.build_timeout}"
             )
-        if self.workers < 1 or self.build_workers < 1:
-            raise InputError(
-                f"MeasureConfig: workers and build_workers must be at least 1, got "
-                f"{self.workers}, {self.build_workers}"
-            )
+        if min(self.workers, self.build_workers) < 1:
+            raise InputError("MeasureConfig: workers and build_workers must be at least 1")
         if self.scheduler is not None and not (
             isinstance(self.scheduler, str) and self.scheduler.strip()
         ):

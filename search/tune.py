@@ -23,6 +23,11 @@ against.
   round on every measured candidate (normalized per task), and pre-trained from the
   records on resume.
 - Random strategy: the batch is fresh samples, unranked (the comparison baseline).
+
+Candidates are built (and their feature rows computed) in worker processes killed past
+`MeasureConfig.build_timeout` (`builder`): a build hung in one long isl call costs its
+candidate, a `budget` record, not the tune. Where the time goes (building, ranking,
+measuring, refitting, ...) is kept per part (`summary.Clock`) and reported with the result.
 """
 
 from __future__ import annotations
@@ -577,7 +582,8 @@ def _search(
         bar = tqdm(total=search, desc="tune", unit="trial")
     plateau = EarlyStop(early_stopping) if early_stopping is not None else None
     stopped = False
-    with Measurer(target, tuner.measure_config) as measurer:
+    measurer = Measurer(target, tuner.measure_config)
+    try:
         while used < search:
             if time_budget is not None and time.perf_counter() - start > time_budget:
                 break
@@ -592,9 +598,13 @@ def _search(
             if plateau is not None and plateau.stop(tuner.estimate(), used):
                 stopped = True
                 break
+    finally:
+        with tuner.clock.part("measure"):  # its workers stopped
+            measurer.close()
     if bar is not None:
         bar.close()
-    tuner.close()  # the build workers are done: validation compiles the whole model
+    with tuner.clock.part("build"):  # the build workers are done: validation compiles
+        tuner.close()
     if cost_model is not None and isinstance(tuner.model, GBModel):
         tuner.model.save(cost_model)
     checked = None

@@ -12,6 +12,7 @@ import pytest
 from test_tune import model, two_matmuls
 
 from polytile.codegen.target import host
+from polytile.errors import InputError
 from polytile.search import builder as B
 from polytile.search.cost_model import RandomModel
 from polytile.search.measure import MeasureConfig
@@ -72,8 +73,9 @@ def test_builds_in_workers_are_the_builds_in_process(tmp_path: Path) -> None:
 
 
 def test_a_tune_reports_where_its_time_went(tmp_path: Path) -> None:
-    result = tune(two_matmuls(), trials=8, records=str(tmp_path / "r.jsonl"), seed=0,
-                  batch=4, progress=False)  # fmt: skip
+    quick = MeasureConfig(number=1, repeat=1, min_repeat_ms=0.0)
+    result = tune(model(), trials=6, records=str(tmp_path / "r.jsonl"), seed=0, batch=3,
+                  pool=2, progress=False, measure=quick)  # fmt: skip
     parts = result.time
     assert {"build", "rank", "measure", "compile", "run", "model", "reference", "records"} <= {
         name for name, seconds in parts.items() if seconds > 0
@@ -86,3 +88,9 @@ def test_a_tune_reports_where_its_time_went(tmp_path: Path) -> None:
     table = result.table()
     assert "time per trial" in table
     assert all(f" {p} " in table for p in (*PARTS[:5], *MEASURE_PARTS))
+
+
+def test_the_build_limits_must_be_positive() -> None:
+    for bad in ({"build_timeout": 0.0}, {"build_workers": 0}):
+        with pytest.raises(InputError, match="build_"):
+            MeasureConfig(**bad)  # type: ignore[arg-type]
