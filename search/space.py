@@ -1,106 +1,75 @@
-"""The search space of a kernel, from its structure alone (no per-op templates).
+"""The search space of a kernel: its sketch (`poly.default.sketch`, the template the
+default schedule is built from too) with its decisions sampled and mutated.
 
-A *sketch* is the structure Ansor uses on CPUs: the main reduction statement's spatial
-loops split into outer / middle (cache tile) / register-block / vector levels and its
-reduction loops into outer / inner (cache) levels, ordered S R S R S; reductions that
-move along the register block (`ow + kw`) may go below it, so the block's bounds stay
-constant under padding; elementwise consumers computed inside the output tile; the init
-placed before the reduction; outer loops fused and parallel; constant operands packed
-into blocked layouts; and, when the output has little parallelism (fewer than two
-vectors per thread), rfactor of the longest reduction loop so that its partial results
-fill vectors. A candidate is the sketch with its *decisions* (which loop is
-vectorized and how wide, up to two register-blocked loops, reduction tile, outer tile,
-which loop's tiles go outermost, where the epilogue goes, unroll, how many outer loops
-run in parallel, and for each elementwise / injective statement writing a temporary
-whether it is inlined into its readers — recomputed there — or materialized,
-`inline:<statement>`, and for a register-tiled reduction the prefetch choices codegen
-makes for it, named as `poly.ir.schedule.HINTS`, by default the target's), sampled at
-random with a structural hint (the conv plan of `poly.default`: channels in vectors,
-rows in registers; for a 1×1 conv whose pixels stream, that or the pixels in vectors,
-half and half) or mutated from a parent;
-building it applies the transformations, each checked by the poly layer, and records
-the trace. A decision that would be illegal is dropped (that step is skipped), so every
-candidate is a legal, replayable trace before anything is measured. `default_decisions`
-is the sketch's version of the default schedule (epilogue chains inlined, prologues
-materialized): the evolutionary search starts from it.
+A candidate is the sketch with its *decisions* (see `poly.default.sketch`), and for a
+register-tiled reduction the prefetch choices codegen makes for it, named as
+`poly.ir.schedule.HINTS`, by default the target's. It is sampled at random with a
+structural hint (the conv plan of `poly.default`: channels in vectors, rows in
+registers; for a 1×1 conv whose pixels stream, that or the pixels in vectors, half and
+half) or mutated from a parent; building it applies the sketch and records the trace. A
+decision that would be illegal is dropped (that step is skipped), so every candidate is
+a legal, replayable trace before anything is measured. `default_decisions` are the
+default schedule's (`poly.default.decide`): built, they give `default_schedule`'s trace,
+and the evolutionary search starts from them.
 
-Inlining rewrites the kernel, so its steps come first in the trace (after rfactor, which
-must be first): the loops of the statements that remain keep their names. A prefetch
-choice other than the target's becomes one `hint` step, last: under the default choices
-the trace is the default schedule's, as before those decisions existed.
+A prefetch choice other than the target's becomes one `hint` step, last: under the
+default choices the trace is the default schedule's, as before those decisions existed.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from polytile.codegen.target import MachineChoices, machine_defaults
-from polytile.errors import IllegalSchedule
-from polytile.poly.default.conv import conv_plan, panel_chunk, row_tiles, rows_first
-from polytile.poly.default.schedule import (
-    cache_rows,
-    cache_tiles,
-    packed_inputs,
-    register_block,
-    row_vectors,
-    tile_band,
-    tiles_first,
-    weights_first,
-    window_block,
+from polytile.poly.default.decide import default_decisions
+from polytile.poly.default.sketch import (
+    BANDS,
+    BLOCKS,
+    INLINE,
+    MAX_BLOCK,
+    OUTER_TILES,
+    REDUCTION_TILES,
+    RFACTORS,
+    ROW_TILES,
+    SECOND_BLOCKS,
+    VECTOR_WIDTHS,
+    Decisions,
+    Sketch,
 )
-from polytile.poly.default.steps import (
-    DefaultConfig,
-    attempt,
-    compute_prologue,
-    default_inlines,
-    depends,
-    epilogue,
-    gather_inside,
-    gathered_loops,
-    main_statement,
-    moving_reductions,
-    narrow_vector,
-    pack_weights,
-    parallelize_outer,
-    split_init,
-    vectorize_innermost,
-)
-from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import loads
-from polytile.poly.ir.kernel import Kernel, Role
-from polytile.poly.ir.schedule import HINTS, Loop, Schedule, initial_schedule, statements_below
+from polytile.poly.default.steps import DefaultConfig
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.schedule import HINTS, Schedule, initial_schedule
 from polytile.poly.transform import steps as T
-from polytile.poly.transform.inline import inline, inline_statement
-from polytile.poly.transform.rfactor import rfactor
 
-from .budget import Progress, candidate_budget
+from .budget import candidate_budget
 from .hints import hint_choices
 
-Decisions = dict[str, Any]
+#: the choice sets, named here for the search's other modules
+__all__ = [
+    "ABSENT",
+    "BANDS",
+    "BLOCKS",
+    "HINT",
+    "INLINE",
+    "MAX_BLOCK",
+    "OUTER_TILES",
+    "REDUCTION_TILES",
+    "RFACTORS",
+    "ROW_TILES",
+    "SECOND_BLOCKS",
+    "VECTOR_WIDTHS",
+    "Candidate",
+    "Decisions",
+    "SearchSpace",
+]
 
-VECTOR_WIDTHS = (4, 8, 16, 32, 48)
-BLOCKS = (1, 2, 3, 4, 6, 8)
-SECOND_BLOCKS = (1, 2, 3, 4)
-REDUCTION_TILES = (0, 4, 8, 16, 32, 64, 128, 256)
-OUTER_TILES = (0, 2, 4, 8, 16, 32)
-#: register blocks of rows walking over one cache tile (`poly.default.cache_rows`)
-ROW_TILES = (0, 4, 8, 16, 32)
 #: what a decision that a record of an older space lacks meant there
 ABSENT = {"row_tile": 0, "band": 0}
-#: tiles a band of the outermost loop holds (`poly.default.tile_band`; 0: no bands)
-BANDS = (0, *range(2, 17))
-RFACTORS = (8, 16, 32, 64)
-#: largest register block sampled from a loop's divisors (accumulators are registers)
-MAX_BLOCK = 16
 #: probability that a sample follows the kernel's structural hint
 HINT = 0.7
-#: the decision key of inlining a statement
-INLINE = "inline:"
-#: options of the prefetch choices (`HINTS`) besides the target's own and half of L2:
 
 
 @dataclass(frozen=True)
@@ -113,7 +82,7 @@ class Candidate:
         return self.schedule.trace_json()
 
 
-class SearchSpace:
+class SearchSpace(Sketch):
     """Decisions of one kernel: sample, mutate, build."""
 
     def __init__(
@@ -128,83 +97,24 @@ class SearchSpace:
         and L2), which the sketch's default decisions follow; else built from `lanes`
         and `threads`. `machine`: the target's prefetch choices, the defaults of the
         `HINTS` decisions; else those of its L2 (`codegen.target.machine_defaults`)."""
-        self.kernel = kernel
-        self.config = config or DefaultConfig(vector_width=lanes, threads=threads)
+        super().__init__(kernel, config or DefaultConfig(vector_width=lanes, threads=threads))
         self.machine = machine or machine_defaults(self.config.cache_bytes)
-        self.lanes = self.config.vector_width
-        self.main = main_statement(kernel)
-        base = initial_schedule(kernel)
-        loops = [lp.name for lp in base.loops_of(self.main.name)]
-        dim_of = dict(zip(loops, self.main.dims, strict=True))
-        self.dim_of = dim_of
-        reduction = set(self.main.reduction_dims)
-        self.spatial = [n for n in loops if dim_of[n] not in reduction]
-        self.reduce = [n for n in loops if dim_of[n] in reduction]
-        self.extent = {n: T.loop_extent(base, n) for n in loops}
-        self.padded = not self.main.domain_set().is_box()
-        self.plan = conv_plan(kernel, self.config) if self.main.reduction else None
-        #: output loops the epilogue reads across, walked inside the epilogue's tile
-        self.gathered = gathered_loops(kernel, self.main, self.spatial, dim_of)
-        #: channels in vectors, rows in registers: the default's plan, or for a kernel
-        #: whose rows stream (a 1×1 conv, where the default vectorizes the pixels) the
-        #: other orientation, sampled as often as that one
-        self.channels = self.plan
-        if self.plan is None and self.main.reduction:
-            self.channels = conv_plan(kernel, self.config, streaming=True)
-        #: the longest reduction loop, rfactored when the output has little parallelism
-        self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
-        #: statements that may be inlined (one per temporary: the first of its writers)
-        self.inlinable = _inlinable(kernel)
-        self._inlined: dict[tuple[int, tuple[str, ...]], Schedule] = {}
-        #: where the build in progress is (what a build over budget records)
-        self._progress = Progress(base)
-        self._choices = self._make_choices()
-        self._default = self._make_default()
+        hints = hint_choices(
+            kernel, self.main, self.spatial, self.reduce, self.config, self.machine
+        )
+        default = {
+            **default_decisions(self),
+            **{k: getattr(self.machine, k) for k in HINTS if k in hints},
+        }
+        choices = {**self.structure_choices(), **hints}
+        # the default's values are options too (a row that runs once, a block of 7)
+        for k, v in default.items():
+            if v not in choices[k]:
+                choices[k] = (*choices[k], v)
+        self._choices = choices
+        self._default = default
 
     # --- decisions --------------------------------------------------------------------
-    def _make_choices(self) -> dict[str, tuple[Any, ...]]:
-        splittable = tuple(n for n in self.spatial if self.extent[n] > 2)
-        reducible = tuple(n for n in self.reduce if self.extent[n] > 4)
-        divisors = {
-            b
-            for n in splittable
-            for b in range(2, MAX_BLOCK + 1)
-            if self.extent[n] % b == 0 and b < self.extent[n]
-        }
-        if self.channels is not None:
-            divisors.add(self.channels.block)
-        outputs = math.prod(self.extent[n] for n in self.spatial)
-        little = outputs < 2 * self.lanes * self.config.threads
-        m = self.machine
-        long = (
-            [] if self.rloop is None else [f for f in RFACTORS if 4 * f <= self.extent[self.rloop]]
-        )
-        return {
-            "vec_loop": (None, *splittable),
-            "vec": tuple(
-                w for w in VECTOR_WIDTHS if w <= self.lanes * self.config.row_vector_limit
-            ),
-            "pack": (True, False),
-            "block_loop": (None, *splittable),
-            "block": tuple(sorted(set(BLOCKS) | divisors)),
-            "block2_loop": (None, *splittable),
-            "block2": SECOND_BLOCKS,
-            "low_reduce": (True, False),
-            "rtile_loop": (None, *reducible),
-            "rtile": REDUCTION_TILES,
-            "otile_loop": (None, *splittable),
-            "otile": OUTER_TILES,
-            "row_tile": ROW_TILES,
-            "outer_first": (None, *splittable),
-            "band": BANDS,
-            "epilogue_depth": (0, 1, 2, 3),
-            "unroll": (True, False),
-            "parallel_depth": (None, 1, 2, 3),
-            "rfactor": (0, *long) if little else (0,),
-            **{f"{INLINE}{s}": (False, True) for s in self.inlinable},
-            **hint_choices(self.kernel, self.main, self.spatial, self.reduce, self.config, m),
-        }
-
     def choices(self) -> dict[str, tuple[Any, ...]]:
         """Every decision's options (loops that cannot be split are left out)."""
         return dict(self._choices)
@@ -247,349 +157,19 @@ class SearchSpace:
         return completed
 
     def default_decisions(self) -> Decisions:
-        """The sketch's version of `poly.default.default_schedule`."""
+        """The default schedule's decisions (`poly.default.decide`), with the target's
+        prefetch choices: built, `poly.default.default_schedule`."""
         return dict(self._default)
-
-    def _make_default(self) -> Decisions:
-        chained = default_inlines(self.kernel, self.main)
-        d: Decisions = {
-            "vec_loop": self.spatial[-1] if self.spatial else None,
-            "vec": self.lanes,
-            "pack": True,
-            "block_loop": None,
-            "block": self.config.rows,
-            "block2_loop": None,
-            "block2": 1,
-            "low_reduce": self.padded,
-            "rtile_loop": None,
-            "rtile": 0,
-            "otile_loop": None,
-            "otile": 0,
-            "row_tile": 0,
-            "outer_first": None,
-            "band": 0,
-            "epilogue_depth": 0,
-            "unroll": True,
-            "parallel_depth": None,
-            "rfactor": 0,
-            **{f"{INLINE}{s}": s in chained for s in self.inlinable},
-            **{k: getattr(self.machine, k) for k in HINTS if k in self._choices},
-        }
-        if self.plan is not None:
-            d.update(vec_loop=self.plan.channel, vec=self.plan.lanes)
-            d.update(block_loop=self.plan.row, block=self.plan.block)
-            d["outer_first"] = rows_first(
-                self.kernel,
-                self.main,
-                self.spatial,
-                self.dim_of,
-                self.extent,
-                self.plan,
-                self.config,
-            )
-            if self.gathered:  # as the default: the channel tiles outside the gathered loops
-                d["outer_first"] = self.plan.channel
-            chunk = panel_chunk(
-                self.kernel, self.main, self.reduce, self.extent, self.plan, self.config
-            )
-            if chunk is not None:  # as the default: the pixel tiles all below the chunk
-                tiles = row_tiles(self.extent, self.plan)
-                otile = min(t for t in OUTER_TILES if t >= tiles)
-                d.update(rtile_loop=self.reduce[0], rtile=chunk)
-                d.update(otile_loop=self.plan.row, otile=otile)
-            elif self.plan.tile:  # as the default: the channels in tiles
-                d.update(rtile_loop=self.reduce[0], rtile=self.plan.tile)
-        elif self.main.reduction and self.spatial:
-            vec = self.spatial[-1]
-            extent = self.extent[vec]
-            vec_loads = [ld for ld in loads(self.main.expr) if depends(ld.index, self.dim_of[vec])]
-            d["block_loop"], d["block"] = register_block(
-                vec_loads, self.spatial, self.dim_of, self.extent, self.config
-            )
-            rows = d["block"] if d["block_loop"] is not None else 0
-            d["vec"] = row_vectors(extent, self.lanes, self.config, rows) * self.lanes
-            if extent < 2 * narrow_vector(extent, self.lanes):  # too short for vectors
-                d["vec_loop"] = None
-            reduce_extents = [self.extent[r] for r in self.reduce]
-            vec_tiles = extent // d["vec"] if d["vec_loop"] is not None else 0
-            vec_tiles_up = -(-extent // d["vec"]) if d["vec_loop"] is not None else 0
-            tiles = cache_tiles(reduce_extents, vec_tiles, self.config)
-            if d["block_loop"] is None:
-                d["block_loop"] = window_block(
-                    self.main, self.spatial, self.reduce, self.dim_of, self.extent, d["block"]
-                )
-            block = d["block_loop"]
-            split = d["vec_loop"] is not None and extent > d["vec"]  # as the default's
-            first = False
-            if split and block is not None:
-                blocks = -(-self.extent[block] // d["block"])
-                first = weights_first(
-                    self.kernel,
-                    self.main.name,
-                    (self.dim_of[vec], -(-extent // d["vec"])),
-                    (self.dim_of[block], blocks),
-                    self.config,
-                )
-            if first:
-                tiles = None
-            if tiles is not None:
-                d.update(rtile_loop=self.reduce[0], rtile=tiles[0])
-                d.update(otile_loop=vec, otile=tiles[1])
-            if tiles is not None and block is not None:
-                d["row_tile"] = cache_rows(-(-self.extent[block] // d["block"]), self.config)
-            if (
-                tiles is None
-                and block is not None
-                and d["vec_loop"] is not None
-                and not self.gathered
-            ):
-                dims = self.dim_of[vec], self.dim_of[block]
-                if first or tiles_first(self.kernel, self.main.name, *dims, self.config):
-                    d["outer_first"] = vec
-                if first:
-                    d["band"] = tile_band(self.kernel, self.main, vec_tiles_up, self.config)
-        return {k: v if v in self._choices[k] else self._choices[k][0] for k, v in d.items()}
 
     # --- building ---------------------------------------------------------------------
     def build(self, decisions: Mapping[str, Any]) -> Candidate:
         """The candidate, under the build budget (`search.budget`): past it,
         `BudgetExceeded` with the trace built by its last checkpoint."""
-        with candidate_budget(initial_schedule(self.kernel)) as self._progress:
-            return self._build(decisions)
-
-    def _build(self, decisions: Mapping[str, Any]) -> Candidate:
-        schedule = initial_schedule(self.kernel)
-        main = self.main
-        if decisions["rfactor"] and self.rloop is not None:
-            dim, factor = self.dim_of[self.rloop], decisions["rfactor"]
-            factored = attempt(schedule, lambda s: rfactor(s, main.name, dim, factor))
-            if factored is not schedule:  # partial results in vectors, then combined
-                factored = self._progress.at(self._inline(factored, decisions, factor), "rfactor")
-                for node in list(factored.body):
-                    if isinstance(node, Loop):
-                        factored = self._simple(factored, node.name, decisions)
-                return Candidate(dict(decisions), self._hint(factored, decisions))
-        schedule = self._progress.at(self._inline(schedule, decisions, 0), "after inlining")
-        if main.reduction and self.spatial:
-            schedule = self._progress.at(self._reduction(schedule, decisions), "main nest")
-        done = set()
-        for node in schedule.body:
-            if main.name in statements_below(node):
-                done = set(statements_below(node))
-        # the other nests (a prologue, an input's packed copy) as the default: the vector
-        # decision is the main statement's, whose two-register vectors would split them
-        lanes = self.lanes if main.reduction and self.spatial else None
-        for node in list(schedule.body):
-            if isinstance(node, Loop) and not set(statements_below(node)) & done:
-                schedule = self._progress.at(schedule, f"before nest {node.name}")
-                schedule = self._simple(schedule, node.name, decisions, lanes)
-        if not main.reduction or not self.spatial:
-            schedule = self._simple_main(schedule, decisions)
-        return Candidate(dict(decisions), self._hint(schedule, decisions))
+        with candidate_budget(initial_schedule(self.kernel)) as progress:
+            schedule = self.apply(decisions, progress.at)
+            return Candidate(dict(decisions), self._hint(schedule, decisions))
 
     def _hint(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
         """The prefetch decisions other than the target's, as one `hint` step."""
         hints = {k: d[k] for k in HINTS if k in self._choices and d[k] != self._default[k]}
         return T.hint(schedule, **hints) if hints else schedule
-
-    def _inline(self, schedule: Schedule, d: Mapping[str, Any], start: int) -> Schedule:
-        """The chosen statements inlined, in program order (an inline that a previous one
-        made illegal is skipped). `start` says which schedule this begins from (the
-        rfactor factor; 0 for the initial schedule): every candidate with the same start
-        and choices shares the result, computed once (inlining costs isl work)."""
-        chosen = tuple(st for st in self.inlinable if d.get(f"{INLINE}{st}", False))
-        found = self._inlined.get((start, chosen))
-        if found is None:
-            found = schedule
-            for stmt in chosen:
-                found = attempt(found, lambda s, st=stmt: inline_statement(s, st))
-            ih.check_budget("inlining")  # a step refused for the budget is no result to keep
-            self._inlined[(start, chosen)] = found
-        return found
-
-    def _split(self, schedule: Schedule, loop: str, factor: int) -> tuple[Schedule, list[str]]:
-        if factor < 2 or T.loop_extent(schedule, loop) <= factor:
-            return schedule, [loop]
-        try:
-            return T.split_named(schedule, loop, (None, factor))
-        except IllegalSchedule:
-            return schedule, [loop]
-
-    def _block(
-        self, schedule: Schedule, loop: str, factor: int
-    ) -> tuple[Schedule, list[str], list[str]]:
-        """Split `loop` into (outer, inner) parts of `factor`; a loop no longer than the
-        factor is all inner, a factor below 2 leaves it all outer."""
-        if factor < 2:
-            return schedule, [loop], []
-        if T.loop_extent(schedule, loop) <= factor:
-            return schedule, [], [loop]
-        schedule, parts = self._split(schedule, loop, factor)
-        return schedule, parts[:1], parts[1:]
-
-    def _inputs(self, d: Mapping[str, Any], block_dim: str | None) -> tuple[str, ...]:
-        """The inputs packed with the weights (`packed_inputs`): under the default's
-        decisions, the default's."""
-        if d["vec_loop"] is None:
-            return ()
-        tiled = d["rtile_loop"] in self.reduce
-        panel = d["rtile"] if tiled else math.prod(self.extent[n] for n in self.reduce)
-        block = d["block_loop"]
-        blocks = -(-self.extent[block] // d["block"]) if block_dim is not None else 1
-        vec_dim = self.dim_of[d["vec_loop"]]
-        return packed_inputs(self.kernel, self.main, vec_dim, block_dim, panel, blocks, self.config)
-
-    def _reduction(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
-        main = self.main
-        vec_loop = d["vec_loop"]  # None: the main statement is not vectorized
-        heads: dict[str, list[str]] = {n: [n] for n in self.spatial}
-        blocks: dict[str, list[str]] = {"block_loop": [], "block2_loop": []}
-        vec_inner: list[str] = []
-        if vec_loop is not None:
-            # as the default: a short loop takes narrower vectors rather than one and a part
-            # (the conv plan's channels fill their vectors already)
-            vec = d["vec"]
-            if self.channels is None or vec_loop != self.channels.channel:
-                vec = narrow_vector(self.extent[vec_loop], vec)
-            if d["pack"]:
-                block_loop = d["block_loop"]
-                blocked = (
-                    block_loop in self.spatial
-                    and block_loop != vec_loop
-                    and 2 <= d["block"] < self.extent[block_loop]
-                )
-                block_dim = self.dim_of[block_loop] if blocked else None
-                packs = ((self.dim_of[vec_loop], vec), (block_dim, d["block"]))
-                schedule = pack_weights(schedule, main.name, packs, self._inputs(d, block_dim))
-            schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, vec)
-        for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
-            loop = d[which]
-            if loop in heads and loop != vec_loop and heads[loop] == [loop]:
-                schedule, heads[loop], blocks[which] = self._block(schedule, loop, size)
-        outer = [h for n in self.spatial for h in heads[n]]
-        first = heads.get(d["outer_first"], [])
-        if first:  # e.g. a 1x1 conv's pixel tiles outside its channel blocks: the input
-            # tile stays in cache across the blocks instead of streaming once per block
-            outer.remove(first[0])
-            outer.insert(0, first[0])
-            if d["band"] and not self.gathered and d["otile_loop"] != d["outer_first"]:
-                # bands of those tiles: the blocks go between the bands and their tiles
-                schedule, parts = self._split(schedule, first[0], d["band"])
-                if len(parts) == 2:
-                    outer[0] = parts[0]
-                    outer.append(parts[1])
-        gathered = [h for n in self.gathered for h in heads[n]]
-        if gathered:  # as the default: inside the other loops, outside the row tiles
-            lead = [o for o in first[:1] if o not in gathered]
-            row = (heads.get(self.spatial[-1]) or [None])[0]  # the row tiles
-            outer = gather_inside(schedule, main, outer, gathered, lead, row, self.config)
-        middle: list[str] = []
-        tiled = heads.get(d["otile_loop"], [])
-        if tiled:  # the outer part of a blocked loop, or the whole loop
-            index = outer.index(tiled[0])
-            if 2 <= T.loop_extent(schedule, tiled[0]) <= d["otile"]:
-                # one outer tile holds the whole loop: all of it goes below the reduction's
-                # outer part (the pixel tiles of a 1x1 conv reuse one chunk of its weights)
-                middle.append(outer.pop(index))
-            else:
-                schedule, parts = self._split(schedule, tiled[0], d["otile"])
-                outer[index : index + 1] = parts[:1]
-                middle.extend(parts[1:])
-        low: list[str] = []
-        if d["low_reduce"] and d["block_loop"] in self.spatial and blocks["block_loop"]:
-            low = moving_reductions(main, self.reduce, self.dim_of, d["block_loop"])
-        reduce_outer: list[str] = []
-        reduce_inner: list[str] = []
-        for loop in self.reduce:
-            if loop in low:
-                continue
-            if loop == d["rtile_loop"]:
-                schedule, parts = self._split(schedule, loop, d["rtile"])
-                reduce_outer.append(parts[0])
-                reduce_inner.extend(parts[1:])
-            else:
-                reduce_outer.append(loop)
-        rows = heads.get(d["block_loop"], []) if blocks["block_loop"] else []
-        if d["row_tile"] and reduce_inner and rows and rows[0] in outer:
-            # as the default: a band of row blocks walks over each cache tile
-            schedule, parts = self._split(schedule, rows[0], d["row_tile"])
-            if len(parts) == 2:
-                outer[outer.index(rows[0])] = parts[0]
-                middle.insert(0, parts[1])
-            elif T.loop_extent(schedule, rows[0]) > 1:  # one band holds every block
-                outer.remove(rows[0])
-                middle.insert(0, rows[0])
-        inner_block = [*blocks["block2_loop"], *blocks["block_loop"]]
-        order = [*outer, *reduce_outer, *middle, *reduce_inner, *inner_block, *low, *vec_inner]
-        current = [lp.name for lp in schedule.loops_of(main.name)]
-        if order != current:
-            schedule = attempt(schedule, lambda s: T.reorder(s, *order))
-        current = [lp.name for lp in schedule.loops_of(main.name)]
-        reductions = {*reduce_outer, *reduce_inner, *low}
-        schedule, above = split_init(schedule, main.name, current, reductions)
-        spatial_outer = [n for n in above if n not in inner_block]
-        if spatial_outer:
-            depth = min(d["epilogue_depth"], len(spatial_outer) - 1)
-            tile = spatial_outer[len(spatial_outer) - 1 - depth]
-            if gathered and gathered[-1] in spatial_outer:  # counted from the gathered loop
-                tile = spatial_outer[max(spatial_outer.index(gathered[-1]) - depth, 0)]
-            for stmt in self._epilogue(schedule.kernel):
-                schedule = attempt(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile))
-        if vec_inner:
-            schedule = attempt(schedule, lambda s: T.vectorize(s, vec_inner[-1]))
-        if d["unroll"]:
-            for part in (blocks["block_loop"], blocks["block2_loop"]):
-                if part:
-                    schedule = attempt(schedule, lambda s, n=part[0]: T.unroll(s, n))
-        for stmt in self._epilogue(schedule.kernel):
-            schedule = vectorize_innermost(schedule, stmt, self.lanes)
-        init = next((s.name for s in self.kernel.statements if s.init_of == main.name), None)
-        if init is not None:
-            schedule = vectorize_innermost(schedule, init, self.lanes)
-        if self.plan is None:  # as the default (a conv plan leaves a fused Pad's nest alone)
-            schedule = compute_prologue(schedule, main.name, self.lanes)
-        # as the default: a conv's padded row loops stay out of the parallel loop (their
-        # bounds would become guards); a pooling window's do not decide the plan
-        stop = set(self.spatial) if self.padded and self.plan is not None else set()
-        return self._parallel(schedule, main.name, d["parallel_depth"], stop)
-
-    def _epilogue(self, kernel: Kernel) -> list[str]:
-        """The epilogue of the main statement in `kernel` (which inlining may shorten)."""
-        return epilogue(kernel, kernel.statement[self.main.name])
-
-    def _parallel(
-        self, schedule: Schedule, stmt: str, depth: int | None, stop: set[str] | None = None
-    ) -> Schedule:
-        """`depth` outer loops fused and parallel; None: the default schedule's rule."""
-        return parallelize_outer(schedule, stmt, self.config, stop=stop, depth=depth)
-
-    def _simple(
-        self, schedule: Schedule, nest: str, d: Mapping[str, Any], lanes: int | None = None
-    ) -> Schedule:
-        """The nest vectorized (by `lanes`, else the `vec` decision) and parallel."""
-        stmts = statements_below(schedule.loop(nest))
-        for stmt in stmts:
-            schedule = vectorize_innermost(schedule, stmt, lanes or d["vec"])
-        return self._parallel(schedule, stmts[0], d["parallel_depth"])
-
-    def _simple_main(self, schedule: Schedule, d: Mapping[str, Any]) -> Schedule:
-        loops = schedule.loops_of(self.main.name)
-        if loops and not any(lp.annotation for lp in loops):
-            return self._simple(schedule, loops[0].name, d)
-        return schedule
-
-
-def _inlinable(kernel: Kernel) -> tuple[str, ...]:
-    """The first writer of each temporary that `poly.inline` accepts (a trial run)."""
-    found = []
-    seen: set[str] = set()
-    for s in kernel.statements:
-        if s.tensor in seen or kernel.tensors[s.tensor].role is not Role.TEMP:
-            continue
-        seen.add(s.tensor)
-        try:
-            inline(kernel, s.name)
-        except IllegalSchedule:
-            continue
-        found.append(s.name)
-    return tuple(found)

@@ -18,21 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polytile.errors import IllegalSchedule
 from polytile.poly.default.steps import (
     DefaultConfig,
-    attempt,
     depends,
-    epilogue,
-    gather_inside,
     gathered_loops,
     main_statement,
     moving_reductions,
     operand_bytes,
-    parallelize_outer,
-    split_init,
     uniform_in_blocks,
-    vectorize_innermost,
 )
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.kernel import Kernel, Role, Statement
@@ -101,7 +94,7 @@ def plan_of(
         return None
     flat = not gathers and _contiguous_rows(main, row_dim)
     padded = not main.domain_set().is_box()
-    # a padded window's moving reductions go below the row block (`schedule_conv`), so
+    # a padded window's moving reductions go below the row block (`poly.default.sketch`), so
     # the block holds one weight vector per window column besides its accumulators: one
     # register of channels a row, and twice the rows, keeps them in registers, as the
     # tuner's best records choose for most such convs (AlexNet's grouped 5x5 conv,
@@ -141,85 +134,6 @@ def plan_of(
             axis = ld.index.index(dim)
             return ConvPlan(ld.tensor, axis, name, row, fitting[0], block, flat, tile)
     return None
-
-
-def schedule_conv(
-    schedule: Schedule,
-    main: Statement,
-    spatial: list[str],
-    reduce: list[str],
-    dim_of: dict[str, str],
-    plan: ConvPlan,
-    config: DefaultConfig,
-) -> Schedule:
-    extents = {n: T.loop_extent(schedule, n) for n in [*spatial, *reduce]}
-    schedule = attempt(schedule, lambda s: T.pack(s, plan.weight, plan.axis, plan.lanes))
-    outer = list(spatial)
-    c1 = plan.channel
-    lead = []  # the channel tiles
-    if T.loop_extent(schedule, plan.channel) > plan.lanes:
-        schedule, (c0, c1) = T.split_named(schedule, plan.channel, (None, plan.lanes))
-        outer[outer.index(plan.channel)] = c0
-        lead = [c0]
-    else:  # one vector holds every channel
-        outer.remove(plan.channel)
-    rows = plan.row
-    row_inner = plan.row
-    if T.loop_extent(schedule, plan.row) > plan.block:
-        schedule, (rows, row_inner) = T.split_named(schedule, plan.row, (None, plan.block))
-        outer[outer.index(plan.row)] = rows
-    else:
-        outer.remove(plan.row)
-    gathered = [n for n in gathered_loops(schedule.kernel, main, spatial, dim_of) if n in outer]
-    first = (
-        None
-        if gathered
-        else rows_first(schedule.kernel, main, spatial, dim_of, extents, plan, config)
-    )
-    if first is not None:
-        outer.remove(first)
-        outer.insert(0, first)
-    if gathered:
-        outer = gather_inside(schedule, main, outer, gathered, lead, rows, config)
-    # padding makes the reduction's range depend on the row: the row block goes above
-    # the reduction loops that move along the row, so its own bounds stay constant
-    padded = not main.domain_set().is_box()
-    moving = moving_reductions(main, reduce, dim_of, plan.row) if padded else []
-    still, middle, still_inner = [r for r in reduce if r not in moving], [], []
-    chunk = panel_chunk(schedule.kernel, main, reduce, extents, plan, config)
-    if chunk is None and plan.tile:
-        try:
-            schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, plan.tile))
-            still, still_inner, reduce = [r0], [r1], [r0, r1]
-        except IllegalSchedule:
-            pass
-    if chunk is not None and rows in outer:
-        try:
-            schedule, (r0, r1) = T.split_named(schedule, reduce[0], (None, chunk))
-            outer.remove(rows)
-            still, middle, still_inner = [r0], [rows], [r1]
-            reduce = [r0, r1]
-        except IllegalSchedule:
-            pass
-    order = [*outer, *still, *middle, *still_inner, row_inner, *moving, c1]
-    schedule = attempt(schedule, lambda s: T.reorder(s, *order))
-    current = [loop.name for loop in schedule.loops_of(main.name)]
-    schedule, above = split_init(schedule, main.name, current, reduce)
-    tile_loop = next((n for n in reversed(above) if n in outer), None)
-    if gathered:  # the epilogue runs once every gathered point of the tile is computed
-        tile_loop = gathered[-1]
-    if tile_loop is not None:
-        for stmt in epilogue(schedule.kernel, main):
-            schedule = attempt(schedule, lambda s, st=stmt: T.reverse_compute_at(s, st, tile_loop))
-    schedule = attempt(schedule, lambda s: T.vectorize(s, c1))
-    schedule = attempt(schedule, lambda s: T.unroll(s, row_inner))
-    for stmt in epilogue(schedule.kernel, main):
-        schedule = vectorize_innermost(schedule, stmt, config.vector_width)
-    init = next((s.name for s in schedule.kernel.statements if s.init_of == main.name), None)
-    if init is not None:
-        schedule = vectorize_innermost(schedule, init, config.vector_width)
-    # fusing a row loop into the parallel loop would turn padding bounds into guards
-    return parallelize_outer(schedule, main.name, config, stop=set(spatial) if padded else set())
 
 
 def rows_first(
