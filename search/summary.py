@@ -45,11 +45,13 @@ def time_table(seconds: Mapping[str, float], wall: float, trials: int) -> str:
     per = max(trials, 1)
     lines = [f"time per trial: {wall / per * 1e3:.0f} ms ({wall:.1f} s, {trials} trials)"]
     accounted = sum(seconds.get(p, 0.0) for p in PARTS)
-    named = [(p, seconds[p]) for p in (*PARTS, *MEASURE_PARTS) if seconds.get(p)]
+    order = [q for p in PARTS for q in ((p, *MEASURE_PARTS) if p == "measure" else (p,))]
+    named = [(p, seconds[p]) for p in order if seconds.get(p)]
     for name, s in [*named, ("other", max(wall - accounted, 0.0))]:
         indent = "    " if name in MEASURE_PARTS else "  "
         share = s / wall * 100 if wall > 0 else 0.0
-        lines.append(f"{indent}{name:<10} {s:8.2f} s {share:5.1f} % {s / per * 1e3:8.1f} ms/trial")
+        label = f"{indent}{name}"
+        lines.append(f"{label:<13} {s:8.2f} s {share:5.1f} % {s / per * 1e3:8.1f} ms/trial")
     return "\n".join(lines)
 
 
