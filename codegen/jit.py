@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import hashlib
 import multiprocessing as mp
 import os
 import re
@@ -21,7 +22,7 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 
-from . import vecmath
+from . import cache, vecmath
 from .llvm_types import NUM_THREADS
 from .target import Target, _init_llvm, default_threads, openmp_library
 
@@ -114,10 +115,16 @@ def compile_parts(
     behind one lock, so threads would not help); forked workers share the parent's
     initialized LLVM. Serial where fork is unavailable, for a single module or for little
     IR in all."""
-    jobs = [(t, target, pic) for t in texts]
-    if sum(len(t) for t in texts) < SERIAL_CHARS:
+    keys = [(hashlib.sha256(t.encode()).hexdigest(), repr(target), pic) for t in texts]
+    missing = [i for i, key in enumerate(keys) if cache.COMPILED.get(key) is None]
+    jobs = [(texts[i], target, pic) for i in missing]
+    if sum(len(j[0]) for j in jobs) < SERIAL_CHARS:
         workers = 1
-    return forked_map(lambda i: _compile_args(jobs[i]), len(jobs), workers, [len(t) for t in texts])
+    sizes = [len(j[0]) for j in jobs]
+    done = forked_map(lambda i: _compile_args(jobs[i]), len(jobs), workers, sizes)
+    for i, part in zip(missing, done, strict=True):
+        cache.COMPILED.put(keys[i], part)
+    return [cache.COMPILED.get(key) for key in keys]  # type: ignore[misc]
 
 
 #: the function `forked_map`'s workers run (set before they fork, so nothing is pickled)

@@ -38,6 +38,7 @@ from polytile.poly.ir.deps import may_share
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.ir.schedule import Schedule
 
+from . import cache
 from .jit import Part, compile_parts, finalize, forked_map
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
@@ -147,9 +148,11 @@ def functions(
     emitting it again."""
     keys = [(s.kernel.workload_key(), s.trace_hash()) for s in schedules]
     first = [step for step, key in enumerate(keys) if keys.index(key) == step]
+    memo_keys = [(*keys[step], repr(with_hints(target, schedules[step].hints))) for step in first]
+    missing = [job for job, key in enumerate(memo_keys) if cache.EMITTED.get(key) is None]
 
     def emit(job: int) -> tuple[str, int]:
-        step = first[job]
+        step = first[missing[job]]
         schedule = schedules[step]
         ast = asts[step] if asts is not None else None
         hinted = with_hints(target, schedule.hints)
@@ -157,13 +160,15 @@ def functions(
         return finalize(mc.module, hinted), len(fn.params)
 
     # Python builds the IR: forked workers emit the kernels side by side
-    workers = 1 if len(first) < PARALLEL_EMIT else workers
-    emitted = forked_map(emit, len(first), workers)
+    workers = 1 if len(missing) < PARALLEL_EMIT else workers
+    for job, found in zip(missing, forked_map(emit, len(missing), workers), strict=True):
+        cache.EMITTED.put(memo_keys[job], found)
+    emitted = [cache.EMITTED.get(key) for key in memo_keys]
     by_text: dict[str, str] = {}  # IR text's hash -> function name
     known: dict[tuple[str, str], str] = {}  # (workload, trace) -> function name
     texts: list[str] = []
     arity: dict[str, int] = {}
-    for step, (text, params) in zip(first, emitted, strict=True):
+    for step, (text, params) in zip(first, emitted, strict=True):  # type: ignore[misc]
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest not in by_text:
             name = f"{prefix}_k{len(by_text)}_{_short(schedules[step].kernel)}"

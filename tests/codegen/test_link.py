@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
 import polytile.codegen.link as link
+from polytile.codegen import cache, jit
 from polytile.codegen.configs import default_config
 from polytile.codegen.link import PLACEHOLDER, OutputCopy, _renamed
 from polytile.codegen.target import host
@@ -124,3 +125,32 @@ def test_kernels_emitted_on_forked_workers_give_the_same_functions(
     forked = link.functions(schedules, target, "pt0", workers=2)
     assert len(serial.texts) >= 2
     assert forked == serial
+
+
+def test_a_second_compile_emits_and_compiles_only_what_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiling a model again (as tuning's validation compiles variants of one model)
+    takes every module's IR and object code from the memos (`codegen.cache`); another
+    model's functions have other names, so its code is its own."""
+    compiled: list[int] = []
+    real = jit._compile_args
+    monkeypatch.setattr(jit, "_compile_args", lambda args: compiled.append(1) or real(args))
+    x = RNG.standard_normal((16, 16)).astype(np.float32)
+    first = pt.compile(two_layers("memo"))
+    cold = len(compiled)
+    second = pt.compile(two_layers("memo"))
+    assert cold >= 2 and len(compiled) == cold
+    other = pt.compile(two_layers("memo_other"))
+    assert len(compiled) == 2 * cold
+    for m in (first, second, other):
+        np.testing.assert_allclose(m.run({"x": x})[0], expected(x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_memo_forgets_the_least_recently_used() -> None:
+    memo = cache.Memo(2)
+    memo.put("a", 1)
+    memo.put("b", 2)
+    assert memo.get("a") == 1  # now the most recently used
+    memo.put("c", 3)
+    assert memo.get("b") is None and memo.get("a") == 1 and len(memo) == 2
