@@ -34,7 +34,13 @@ from polytile.poly.default.rules import (
     window_block,
 )
 from polytile.poly.default.sketch import Sketch
-from polytile.poly.default.steps import DefaultConfig, attempt, main_statement, parallelize_outer
+from polytile.poly.default.steps import (
+    DefaultConfig,
+    attempt,
+    gathered_loops,
+    main_statement,
+    parallelize_outer,
+)
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule
@@ -47,6 +53,7 @@ __all__ = [
     "cache_tiles",
     "default_schedule",
     "fallback_schedule",
+    "gathered_loops",
     "gemm_block",
     "main_statement",
     "packed_inputs",
