@@ -231,4 +231,3 @@ def gemm_block(extent: int, config: DefaultConfig) -> int:
     full-width pipes; `config.rows` when the loop cannot hold two such blocks."""
     rows = config.rows
     return 2 * rows if extent >= 4 * rows else rows
-
