@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from polytile.poly.default.conv import panel_chunk, row_tiles, rows_first
+from polytile.poly.default.conv import ConvPlan, panel_chunk, row_tiles, rows_first
 from polytile.poly.default.rules import (
     cache_rows,
     cache_tiles,
@@ -59,19 +59,17 @@ def default_decisions(sketch: Sketch) -> Decisions:
         **{f"{INLINE}{s}": s in chained for s in sketch.inlinable},
     }
     if sketch.plan is not None:
-        d.update(_conv(sketch))
+        d.update(_conv(sketch, sketch.plan))
     elif sketch.main.reduction and sketch.spatial:
         d.update(_matrix_product(sketch))
     return d
 
 
-def _conv(sketch: Sketch) -> dict[str, Any]:
+def _conv(sketch: Sketch, plan: ConvPlan) -> dict[str, Any]:
     """The conv plan: channels in vectors, the row loop blocked in registers, padded
     windows below the block, the rows outermost where the input streams
     (`rows_first`), the channel tiles outside the gathered loops, the reduction chunked
     over few pixels (`panel_chunk`) or tiled where it is long (`stream_tile`)."""
-    plan = sketch.plan
-    assert plan is not None
     d: dict[str, Any] = {
         "vec_loop": plan.channel,
         "vec": plan.lanes,
