@@ -42,6 +42,45 @@ def linear_in(e: AstExpr, var: str) -> bool:
     return False
 
 
+def linear_terms(e: AstExpr, values: dict[str, int] | None = None) -> tuple:
+    """`e` with the variables of `values` replaced by them, as a canonical sum of terms:
+    ((term, coefficient), ...), sorted, the constant under the term "" and any part that
+    is not a sum of multiples (a floor, a min) as an opaque term. Equal results mean
+    equal values for every value of the other variables."""
+    terms: dict[object, int] = {}
+
+    def add(x: AstExpr, scale: int) -> None:
+        if isinstance(x, Int):
+            terms[""] = terms.get("", 0) + scale * x.value
+        elif isinstance(x, Var) and values is not None and x.name in values:
+            terms[""] = terms.get("", 0) + scale * values[x.name]
+        elif isinstance(x, Var):
+            terms[x.name] = terms.get(x.name, 0) + scale
+        elif isinstance(x, Op) and x.op in ("add", "sub"):
+            add(x.args[0], scale)
+            add(x.args[1], scale if x.op == "add" else -scale)
+        elif isinstance(x, Op) and x.op == "minus":
+            add(x.args[0], -scale)
+        elif isinstance(x, Op) and x.op == "mul" and isinstance(x.args[0], Int):
+            add(x.args[1], scale * x.args[0].value)
+        elif isinstance(x, Op) and x.op == "mul" and isinstance(x.args[1], Int):
+            add(x.args[0], scale * x.args[1].value)
+        else:
+            atom = repr(_substituted(x, values or {}))
+            terms[atom] = terms.get(atom, 0) + scale
+
+    add(e, 1)
+    return tuple(sorted((t, c) for t, c in terms.items() if c != 0))
+
+
+def _substituted(e: AstExpr, values: dict[str, int]) -> AstExpr:
+    if isinstance(e, Var) and e.name in values:
+        return Int(values[e.name])
+    if isinstance(e, Op):
+        return Op(e.op, tuple(_substituted(a, values) for a in e.args))
+    return e
+
+
 def upper(node: For) -> AstExpr | None:
     """The exclusive upper bound of a loop whose condition bounds its iterator above."""
     return _bound(node.cond, node.var)

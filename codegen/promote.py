@@ -34,6 +34,7 @@ from .ast_facts import (
     exact,
     fors,
     linear_in,
+    linear_terms,
     upper,
     vars_of,
 )
@@ -58,12 +59,16 @@ FUSED_INIT_REGISTERS = 24
 
 @dataclass
 class Slot:
-    """One promoted accumulator: its stack cell and where it lives in memory."""
+    """One promoted accumulator: its stack cell and where it lives in memory; the values
+    of the promotion's key variables it was opened at and the piece of the loop nest (the
+    write index, key variables symbolic) that opened it."""
 
     cell: ir.Value
     type: ir.Type
     dims: dict[str, ir.Value]
     lanes: Lanes | None
+    values: tuple[int, ...] = ()
+    piece: tuple = ()
 
 
 @dataclass
@@ -311,14 +316,19 @@ class Accumulators:
         values = [env[v] for v in promotion.key_vars]
         if not all(isinstance(v, ir.Constant) for v in values):
             raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
-        key = (
-            *(v.constant for v in values),
-            lanes.count if lanes is not None else 0,
-            promotion.part,
-        )
+        constants = {v: c.constant for v, c in zip(promotion.key_vars, values, strict=True)}
+        written = [
+            a for d, a in zip(stmt.dims, node.args, strict=True) if d in promotion.write_dims
+        ]
+        # keyed by the address itself: sibling pieces of a split loop (a full tile at
+        # `ow1`, the next at `ow1 + 7`) reach other accumulators at equal key values
+        address = tuple(linear_terms(a, constants) for a in written)
+        key = (address, lanes.count if lanes is not None else 0, promotion.part)
         slot = promotion.slots.get(key)
         if slot is None:
             slot = self.open_slot(promotion, stmt, node, env, lanes)
+            slot.values = tuple(constants.values())
+            slot.piece = tuple(linear_terms(a) for a in written)
             promotion.slots[key] = slot
         inst = Instance(self.em, stmt, {}, lanes)
         dims = {d: self.em.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
@@ -403,11 +413,13 @@ class Accumulators:
             if self.state.stride_along(stmt, loop, text) != 1:
                 continue
             runs: dict[tuple, list[tuple[int, Slot]]] = {}
-            for key, slot in promotion.slots.items():
+            for slot in promotion.slots.values():
                 lanes = slot.lanes
                 if lanes is None or lanes.count & (lanes.count - 1) or lanes.count < 2:
                     continue
-                runs.setdefault((*key[:axis], *key[axis + 1 :]), []).append((key[axis], slot))
+                v = slot.values
+                run_key = (slot.piece, lanes.count, *v[:axis], *v[axis + 1 :])
+                runs.setdefault(run_key, []).append((v[axis], slot))
             groups: list[list[Slot]] = []
             for members in runs.values():
                 members.sort(key=lambda m: m[0])
