@@ -200,6 +200,11 @@ PARTS: tuple[Part, ...] = (
         script="tune_bench.py", args=("--report-only",), quick=("--report-only",), minutes=0.1,
         recorded="tune.json", made_by="tune_bench.py",
     ),
+    Part(
+        "fuzz", "random legal schedules of the zoos' kernels against the reference",
+        _files("fuzz-{cpu}"), script="fuzz_bench.py", args=("--jobs", "2", "--minutes", "10"),
+        quick=("--samples", "10", "--models", "squeezenet"), minutes=11,
+    ),
     Part("status", "the README's status table (status.py)", (), run=readme_status, minutes=0.1),
 )  # fmt: skip
 #: generated files that only a re-tune would refresh: kept, named in the index
