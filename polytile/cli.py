@@ -407,6 +407,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         measure=MeasureConfig(
             timeout=args.timeout,
             workers=args.workers,
+            build_timeout=args.build_timeout,
+            build_workers=args.build_workers,
             scheduler=args.scheduler,
             flush_cache=args.flush_cache,
             cold=args.cold,
@@ -557,7 +559,19 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--strategy", choices=["evolutionary", "random"], default="evolutionary")
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
     tune.add_argument(
-        "--workers", type=int, default=1, help="processes building candidates in parallel"
+        "--workers", type=int, default=1, help="processes compiling and timing candidates"
+    )
+    tune.add_argument(
+        "--build-workers",
+        type=int,
+        default=2,
+        help="processes building candidates' schedules (sketch steps, legality, AST checks)",
+    )
+    tune.add_argument(
+        "--build-timeout",
+        type=float,
+        default=60.0,
+        help="seconds one candidate's schedule may take to build before its worker is killed",
     )
     tune.add_argument("--batch", type=int, default=8, help="candidates measured per round")
     tune.add_argument(

@@ -267,6 +267,26 @@ def test_tune_passes_early_stopping(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert seen["early_stopping"] == 12
 
 
+def test_tune_passes_the_build_workers_and_their_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import polytile.tuning as tune_module
+
+    seen = {}
+
+    def fake_tune(*args: object, measure: object, **kwargs: object) -> object:
+        seen["measure"] = measure
+        raise InputError("stop here")
+
+    monkeypatch.setattr(tune_module, "tune", fake_tune)
+    path = write_model(tmp_path / "relu.onnx")
+    argv = ["tune", str(path), "--records", str(tmp_path / "r.jsonl")]
+    argv += ["--build-workers", "3", "--build-timeout", "7.5"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert (seen["measure"].build_workers, seen["measure"].build_timeout) == (3, 7.5)
+    assert cli.main([*argv[:4], "--build-workers", "0"]) == cli.EXIT_BAD_INPUT
+
+
 def test_tune_rejects_a_negative_validation_count(tmp_path: Path, capsys) -> None:
     path = write_model(tmp_path / "relu.onnx")
     argv = ["tune", str(path), "--records", str(tmp_path / "r.jsonl"), "--validate", "-1"]
