@@ -5,9 +5,9 @@ The pipeline, one reason per stage:
 - lower each group to a kernel (poly): exact statements and dependences, canonical names
   so that identical groups share one workload key;
 - schedule each workload once (its best tuning record for this target, else the default
-  heuristic: tiled, vectorized, parallel, weights packed) and transplant the loops onto
-  identical groups (their own weights packed); each schedule's AST is checked to run
-  every instance exactly once;
+  heuristic: tiled, vectorized, parallel, weights packed), distinct workloads on forked
+  workers side by side, and transplant the loops onto identical groups (their own
+  weights packed); each schedule's AST is checked to run every instance exactly once;
 - check indices (`codegen.link.index_bounds`): compile-time index tensors now, run-time
   ones by the entry function before the kernel that reads them, so that a bad index
   stops the run with an error naming the node instead of reading outside a tensor;
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from polytile.codegen.configs import default_config, lower_config
-from polytile.codegen.jit import JitModule
+from polytile.codegen.jit import JitModule, forked_map
 from polytile.codegen.link import PendingCheck, index_bounds, link
 from polytile.codegen.target import Target, host
 from polytile.errors import IllegalSchedule
@@ -41,6 +41,9 @@ from polytile.poly.transform.flatten import kernel_of
 from polytile.search.records import replay_record, tuned_records
 
 from .runtime import CompiledModel, IOSpec, Manifest
+
+#: distinct kernels below which scheduling them serially beats forking workers
+PARALLEL_SCHEDULE = 8
 
 
 @dataclass
@@ -88,28 +91,44 @@ def compile(
     config = default_config(target)
     lowering = lowering or lower_config(target)
     tuned = tuned_records(records, target)
-    schedules: list[Schedule] = []
-    workloads: list[str] = []
-    by_workload: dict[str, Schedule] = {}
-    asts: list[AstNode | None] = []
-    for done, group in enumerate(parts.groups):
+    kernels = []
+    for group in parts.groups:
         t0 = time.perf_counter()
-        kernel, _ = canonicalize(kernel_of(graph, group, lowering))
-        t1 = time.perf_counter()
-        key = kernel.workload_key()
-        workloads.append(key)
-        if key in by_workload:  # an identical group: same loops, its own weights
-            schedules.append(transplant(by_workload[key], kernel))
-            asts.append(None)
-        else:
-            chosen = replay_record(kernel, tuned.get(key)) or default_schedule(kernel, config)
-            by_workload[key], ast = _verified(chosen)
-            schedules.append(by_workload[key])
+        kernels.append(canonicalize(kernel_of(graph, group, lowering))[0])
+        stats.lower += time.perf_counter() - t0
+    t1 = time.perf_counter()
+    workloads = [k.workload_key() for k in kernels]
+    first: dict[str, int] = {}
+    for step, key in enumerate(workloads):
+        first.setdefault(key, step)
+    jobs = list(first.values())
+
+    def schedule_one(job: int) -> tuple[Schedule, AstNode, list[tuple[type[Warning], str]]]:
+        kernel = kernels[jobs[job]]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            chosen = replay_record(kernel, tuned.get(workloads[jobs[job]]))
+            schedule, ast = _verified(chosen or default_schedule(kernel, config))
+        return schedule, ast, [(w.category, str(w.message)) for w in caught]
+
+    # scheduling is Python and isl work: forked workers take distinct kernels side by side
+    workers = None if len(jobs) >= PARALLEL_SCHEDULE else 1
+    scheduled = dict(zip(jobs, forked_map(schedule_one, len(jobs), workers), strict=True))
+    schedules: list[Schedule] = []
+    asts: list[AstNode | None] = []
+    for step, (kernel, key) in enumerate(zip(kernels, workloads, strict=True)):
+        if step in scheduled:
+            schedule, ast, caught = scheduled[step]
+            for category, message in caught:  # the worker's warnings, raised here
+                warnings.warn(message, category, stacklevel=2)
+            schedules.append(schedule)
             asts.append(ast)
-        stats.lower += t1 - t0
-        stats.schedule += time.perf_counter() - t1
+        else:  # an identical group: same loops, its own weights
+            schedules.append(transplant(scheduled[first[key]][0], kernel))
+            asts.append(None)
         if progress is not None:
-            progress(done + 1, len(parts.groups))
+            progress(step + 1, len(parts.groups))
+    stats.schedule += time.perf_counter() - t1
     checks = index_bounds(graph, parts.groups)
     return build(graph, schedules, workloads, target, stats, asts=asts, checks=checks)
 

@@ -11,6 +11,7 @@ kernel's initial schedule (whose `hint` steps give the codegen hints, `HINTS`).
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -26,6 +27,15 @@ from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel
 
 ANNOTATIONS = ("", "parallel", "vector", "unroll")
+
+
+def _read_only(items: dict) -> MappingProxyType:
+    return MappingProxyType(items)
+
+
+# the IR's read-only mappings pickle as dicts: schedules travel from forked workers
+# (`polytile.compiler` schedules distinct kernels side by side)
+copyreg.pickle(MappingProxyType, lambda m: (_read_only, (dict(m),)))
 
 #: the codegen hints a schedule may carry (`poly.transform.steps.hint`) and their JSON
 #: types: the machine-dependent prefetch choices of one kernel, named as the fields of

@@ -4,6 +4,8 @@ what numpy does."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -154,3 +156,38 @@ def test_the_memo_forgets_the_least_recently_used() -> None:
     assert memo.get("a") == 1  # now the most recently used
     memo.put("c", 3)
     assert memo.get("b") is None and memo.get("a") == 1 and len(memo) == 2
+
+
+def test_kernels_scheduled_on_forked_workers_match_serial_scheduling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`compile` schedules distinct kernels on forked workers (the threshold lowered so a
+    small model uses them): the same traces as serial scheduling, the same results, and
+    a warning a worker raises reaches the caller."""
+    import polytile.compiler as compiler
+
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w1"], ["m"]), node("Relu", ["m"], ["r"])]
+    nodes += [node("ReduceSum", ["r"], ["s"], keepdims=1), node("MatMul", ["r", "w2"], ["t"])]
+    nodes += [node("Add", ["t", "s"], ["y"])]
+    model = _model("scheduled", [16, 16], nodes, ["y"], {"w1": W1, "w2": W2})
+    serial = pt.compile(model)
+    real = compiler.default_schedule
+
+    def warning_default(kernel, config):  # noqa: ANN202
+        warnings.warn(f"scheduled {kernel.name}", UserWarning, stacklevel=1)
+        return real(kernel, config)
+
+    monkeypatch.setattr(compiler, "PARALLEL_SCHEDULE", 1)
+    monkeypatch.setattr(compiler, "default_schedule", warning_default)
+    with pytest.warns(UserWarning, match="scheduled") as caught:
+        forked = pt.compile(model)
+    assert len([w for w in caught if "scheduled" in str(w.message)]) >= 2
+    assert [c.function for c in forked.manifest.calls] == [
+        c.function for c in serial.manifest.calls
+    ]
+    x = RNG.standard_normal((16, 16)).astype(np.float32)
+    r = np.maximum(x @ W1, 0)
+    want = r @ W2 + r.sum()  # ReduceSum without axes: over all of them
+    for m in (serial, forked):
+        np.testing.assert_allclose(m.run({"x": x})[0], want, rtol=1e-4, atol=1e-3)
