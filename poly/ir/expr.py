@@ -185,7 +185,11 @@ class Cast:
     round_mode: str = "up"
 
     def __str__(self) -> str:
-        return f"({self.dtype}){self.x}"
+        # the modes are part of the text (and so of a kernel's workload key) where they
+        # differ from the defaults: a float8 cast rounding down is other code
+        modes = [] if self.saturate else ["no saturate"]
+        modes += [] if self.round_mode == "up" else [f"round {self.round_mode}"]
+        return f"({', '.join([self.dtype, *modes])}){self.x}"
 
 
 Expr = Const | Load | Iter | Unary | Binary | Select | Cast

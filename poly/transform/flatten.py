@@ -168,8 +168,8 @@ def _flat_statement(s: Statement, plane: _Plane, flat: set[str], first: int | No
     merged = f"{a}_{b}"
     while merged in s.dims:
         merged = f"_{merged}"
-    first, second = s.dims.index(a), s.dims.index(b)
-    new_domain = ih.merge_dims(s.domain_set(), first, second, merged, height * width)
+    at_a, at_b = s.dims.index(a), s.dims.index(b)
+    new_domain = ih.merge_dims(s.domain_set(), at_a, at_b, merged, height * width)
     dims = tuple(merged if d == a else d for d in s.dims if d != b)
 
     def index(tensor: str, old: tuple[str | Expr, ...]) -> tuple[str | Expr, ...]:

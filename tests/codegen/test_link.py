@@ -191,3 +191,28 @@ def test_kernels_scheduled_on_forked_workers_match_serial_scheduling(
     want = r @ W2 + r.sum()  # ReduceSum without axes: over all of them
     for m in (serial, forked):
         np.testing.assert_allclose(m.run({"x": x})[0], want, rtol=1e-4, atol=1e-3)
+
+
+def test_casts_rounding_otherwise_are_other_workloads_and_code() -> None:
+    """A float8e8m0 Cast rounding down is other code than one rounding up: their kernels'
+    workload keys differ, so neither the memos nor tuning records mix them up."""
+    from polytile.poly.dsl import kernel_from_node
+
+    def rounding(mode: str) -> onnx.ModelProto:
+        nodes = [
+            helper.make_node("Cast", ["x"], ["e"], to=TensorProto.FLOAT8E8M0, round_mode=mode),
+            helper.make_node("Cast", ["e"], ["y"], to=TensorProto.FLOAT),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            "cast",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+
+    keys = {kernel_from_node(rounding(m)).workload_key() for m in ("up", "down", "nearest")}
+    assert len(keys) == 3
+    x = np.array([3.0, 5.0, 6.0, 12.0, 24.0, 40.0, 100.0, 129.0], np.float32)
+    up, down = (pt.compile(rounding(m)).run({"x": x})[0] for m in ("up", "down"))
+    assert np.all(up >= x) and np.all(down <= x) and np.any(up != down)

@@ -226,3 +226,16 @@ def test_a_channels_last_layer_norm_merges_its_pixels() -> None:
     d = x.astype(np.float64) - x.mean(-1, keepdims=True)
     want = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * scale
     check(k, flat, {"x": x}, want)
+
+
+def test_planes_whose_dims_a_statement_orders_otherwise_merge_exactly() -> None:
+    """MeanVarianceNormalization over the channels: its reductions walk (n, h, w, c) while
+    X is indexed [n, c, h, w], so the merged dim's place in the statement differs from its
+    place in the tensor's index (a mix-up of the two gave X[n, h_w, w])."""
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[1])
+    k = kernel_from_node(float_model([node], {"x": x.shape}, {}))
+    flat = flatten_planes(k)
+    assert [t.shape for t in flat.inputs()] == [(2, 3, 20)]
+    d = x.astype(np.float64) - x.mean(axis=1, keepdims=True)
+    check(k, flat, {"x": x}, d / (np.sqrt((d * d).mean(axis=1, keepdims=True)) + 1e-9))
