@@ -130,7 +130,9 @@ def test_timed_runs_follow_the_producers_and_a_broken_one_is_left_out() -> None:
     broken = Prelude(
         before[0].kernel, ({"kind": "split", "args": {"loop": "nope"}},), *before[0][2:]
     )
-    config = MeasureConfig(number=2, repeat=2, flush_cache=True, cold="producer")
+    config = MeasureConfig(
+        number=2, repeat=2, flush_cache=True, cold="producer", build_timeout=None
+    )
     with Measurer(host(), config) as measurer:
         measurer.set_task(task.kernel, *reference_outputs(default, host(), 0), before)
         (ok,) = measurer.measure(task.key, [default.trace_json()])
@@ -157,7 +159,7 @@ def test_tuning_hands_the_workers_the_producers_only_when_timed_after_them(
 
     monkeypatch.setattr(Measurer, "set_task", spy)
     tasks = extract_tasks(CHAIN)
-    measure = MeasureConfig(number=1, repeat=1, flush_cache=True, cold=cold)
+    measure = MeasureConfig(number=1, repeat=1, flush_cache=True, cold=cold, build_timeout=None)
     result = tune(
         CHAIN,
         trials=6,

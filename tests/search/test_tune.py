@@ -51,14 +51,18 @@ def test_tasks_are_deduplicated_and_selectable() -> None:
 
 def test_tune_records_resumes_and_compile_applies(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
-    result = tune(model(), trials=6, records=str(path), seed=3, batch=3, progress=False)
+    result = tune(
+        model(), trials=6, records=str(path), seed=3, batch=3, progress=False, measure=HERE
+    )
     records = RecordFile(path).read()
     assert result.trials == len(records) == 6
     assert records[0].ok  # the default schedule, measured first as the baseline
     keys = [r.trace_key() for r in records]
     assert len(set(keys)) == len(keys)
     assert "estimated model latency" in result.table()
-    again = tune(model(), trials=3, records=str(path), seed=3, batch=3, progress=False)
+    again = tune(
+        model(), trials=3, records=str(path), seed=3, batch=3, progress=False, measure=HERE
+    )
     records = RecordFile(path).read()
     assert again.trials == 3 and len(records) == 9
     assert len({r.trace_key() for r in records}) == 9  # nothing measured twice
@@ -75,13 +79,13 @@ def test_resuming_records_timed_another_way_warns(tmp_path: Path) -> None:
     import warnings
 
     path = tmp_path / "r.jsonl"
-    tune(model(), trials=2, records=str(path), seed=0, batch=2, progress=False)
+    tune(model(), trials=2, records=str(path), seed=0, batch=2, progress=False, measure=HERE)
     assert {r.start for r in RecordFile(path).read()} == {"warm"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tune(model(), trials=1, records=str(path), seed=0, batch=1, progress=False)
+        tune(model(), trials=1, records=str(path), seed=0, batch=1, progress=False, measure=HERE)
     assert not [w for w in caught if "were timed" in str(w.message)]
-    cold = MeasureConfig(flush_cache=True, number=1, repeat=1)
+    cold = MeasureConfig(flush_cache=True, number=1, repeat=1, build_timeout=None)
     with pytest.warns(UserWarning, match="timed warm, this run times them weights"):
         tune(model(), trials=1, records=str(path), seed=0, batch=1, progress=False,
              measure=cold)  # fmt: skip
@@ -90,7 +94,7 @@ def test_resuming_records_timed_another_way_warns(tmp_path: Path) -> None:
 
 def test_compile_ignores_records_of_another_target(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
-    tune(model(), trials=2, records=str(path), seed=0, batch=2, progress=False)
+    tune(model(), trials=2, records=str(path), seed=0, batch=2, progress=False, measure=HERE)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for line in lines:
         line["target"]["cpu"] = "another-cpu"
@@ -188,7 +192,7 @@ def test_sigkill_mid_batch_loses_no_committed_record(tmp_path: Path) -> None:
         proc.wait(30)
     committed = _lines(path)
     assert 3 <= len(committed) < 40
-    tune(two_matmuls(), trials=6, records=str(path), seed=1, batch=3, progress=False)
+    tune(two_matmuls(), trials=6, records=str(path), seed=1, batch=3, progress=False, measure=HERE)
     after = _lines(path)
     assert after[: len(committed)] == committed  # no committed record lost
     records = RecordFile(path).read()
@@ -204,7 +208,7 @@ def test_resuming_restores_the_population_and_pretrains_the_model(tmp_path: Path
     from polytile.search.tune import Tuner
 
     path = tmp_path / "r.jsonl"
-    tune(model(), trials=10, records=str(path), seed=2, batch=5, progress=False)
+    tune(model(), trials=10, records=str(path), seed=2, batch=5, progress=False, measure=HERE)
     records = RecordFile(path).read()
     assert all(r.decisions is not None for r in records[1:])
     fresh = GBModel(seed=0)
@@ -379,14 +383,15 @@ def test_tune_stops_early_when_no_candidate_improves(
     monkeypatch.setattr(Measurer, "measure", flat)
     path = tmp_path / "r.jsonl"
     result = tune(
-        model(), trials=60, records=str(path), seed=0, batch=3, progress=False, early_stopping=4
-    )
+        model(), trials=60, records=str(path), seed=0, batch=3, progress=False, early_stopping=4,
+        measure=HERE,
+    )  # fmt: skip
     tasks = len(result.tasks)
     assert result.stopped_early and "stopped early" in result.table()
     # the warm-up gives every task a round of 3; then rounds until 4 trials without progress
     assert result.trials == len(RecordFile(path).read()) <= 3 * tasks + 6 < 60
     with pytest.raises(InputError, match="early_stopping"):
-        tune(model(), trials=6, records=str(path), progress=False, early_stopping=0)
+        tune(model(), trials=6, records=str(path), progress=False, measure=HERE, early_stopping=0)
 
 
 def test_the_tuners_hint_decisions_start_from_its_targets_choices(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from polytile.codegen.target import Target, host
 from polytile.errors import InputError
 from polytile.poly.default.schedule import default_schedule
 from polytile.search import tune as search
+from polytile.search.measure import MeasureConfig
 from polytile.search.records import Record, RecordFile, best_records, trace_key
 from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
@@ -33,6 +34,8 @@ from polytile.tuning import tune
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((256, 256)).astype(np.float32)
 QUICK = ValidateConfig(top=2, rounds=3, repeat=3, neighbours=False)
+#: candidates built in the tuner's process (the build workers are tests/search/test_builder.py's)
+HERE = MeasureConfig(build_timeout=None)
 
 
 def model() -> onnx.ModelProto:
@@ -123,22 +126,34 @@ def test_tune_validates_after_the_search_and_resumes_without_model_records(
 ) -> None:
     path = tmp_path / "r.jsonl"
     with pytest.raises(InputError, match="0 only with validation"):
-        tune(model(), trials=0, records=str(path), progress=False)
-    result = tune(model(), trials=4, records=str(path), batch=2, progress=False, validation=QUICK)
+        tune(model(), trials=0, records=str(path), progress=False, measure=HERE)
+    result = tune(
+        model(),
+        trials=4,
+        records=str(path),
+        batch=2,
+        progress=False,
+        measure=HERE,
+        validation=QUICK,
+    )
     assert result.validation is not None and len(result.validation.tasks) == 1
     assert "in-model validation" in result.table()
     records = RecordFile(path).read()
     alone = [r for r in records if r.timing == "kernel"]
     assert len(alone) == 4 and len(records) > 4
-    again = tune(model(), trials=2, records=str(path), batch=2, progress=False)
+    again = tune(model(), trials=2, records=str(path), batch=2, progress=False, measure=HERE)
     assert again.tasks[0].trials == 6  # the model records are not search trials
-    only = tune(model(), trials=0, records=str(path), progress=False, validation=QUICK)
+    only = tune(
+        model(), trials=0, records=str(path), progress=False, measure=HERE, validation=QUICK
+    )
     assert only.trials == 0 and only.validation is not None and only.validation.tasks
     assert only.table().startswith("in-model validation")
     # the search alone cannot compile the model: it says who can, before measuring
     kept = len(RecordFile(path).read())
     with pytest.raises(InputError, match="compile_model"):
-        search.tune(model(), trials=1, records=str(path), progress=False, validation=QUICK)
+        search.tune(
+            model(), trials=1, records=str(path), progress=False, measure=HERE, validation=QUICK
+        )
     assert len(RecordFile(path).read()) == kept
 
 
@@ -177,10 +192,10 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
     x = RNG.standard_normal((256, 256)).astype(np.float32)
     got = pt.compile(model(), records=str(path)).run({"x": x})[0]
     np.testing.assert_allclose(got, np.maximum(x @ W, 0), rtol=1e-4, atol=1e-4)
-    result = tune(model(), trials=20, records=str(tmp_path / "t.jsonl"), batch=4,
-                  progress=False, validation=config)  # fmt: skip
+    result = tune(model(), trials=10, records=str(tmp_path / "t.jsonl"), batch=4,
+                  progress=False, validation=config, measure=HERE)  # fmt: skip
     kernel_records = [r for r in RecordFile(tmp_path / "t.jsonl").read() if r.timing == "kernel"]
-    assert result.trials == len(kernel_records) <= 20
+    assert result.trials == len(kernel_records) <= 10
 
 
 def test_validation_times_fewer_candidates_where_the_variants_would_not_fit(
