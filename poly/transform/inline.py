@@ -172,6 +172,8 @@ def _combine(
     """The value of `load` from the pieces that it reads: one expression, or a select
     chain over the pieces' conditions with the most complex one last (unguarded)."""
     index: tuple[str, ...] = load.index  # type: ignore[assignment]
+    if not pieces:  # an empty domain (a reduction over nothing) reads no element
+        raise refuse(f"{consumer.name} reads no element of {load.tensor} that is written")
 
     def value(w: Statement) -> Expr:
         bound = {}
