@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -127,8 +128,10 @@ def compile_parts(
     return [cache.COMPILED.get(key) for key in keys]  # type: ignore[misc]
 
 
-#: the function `forked_map`'s workers run (set before they fork, so nothing is pickled)
+#: the function `forked_map`'s workers run (set before they fork, so nothing is pickled),
+#: and the lock that keeps two threads' maps from sharing it
 _FORKED: Callable[[int], Any] | None = None
+_FORK_LOCK = threading.Lock()
 
 
 def _run_forked(i: int) -> Any:
@@ -151,12 +154,13 @@ def forked_map(
     if workers <= 1 or "fork" not in mp.get_all_start_methods():
         return [fn(i) for i in range(count)]
     order = sorted(range(count), key=lambda i: -cost[i]) if cost else list(range(count))
-    _FORKED = fn
-    try:
-        with mp.get_context("fork").Pool(workers) as pool:
-            done = pool.map(_run_forked, order, chunksize=1)
-    finally:
-        _FORKED = None
+    with _FORK_LOCK:  # one map at a time: the workers read `_FORKED`
+        _FORKED = fn
+        try:
+            with mp.get_context("fork").Pool(workers) as pool:
+                done = pool.map(_run_forked, order, chunksize=1)
+        finally:
+            _FORKED = None
     by_item = dict(zip(order, done, strict=True))
     return [by_item[i] for i in range(count)]
 

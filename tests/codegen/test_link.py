@@ -216,3 +216,21 @@ def test_casts_rounding_otherwise_are_other_workloads_and_code() -> None:
     x = np.array([3.0, 5.0, 6.0, 12.0, 24.0, 40.0, 100.0, 129.0], np.float32)
     up, down = (pt.compile(rounding(m)).run({"x": x})[0] for m in ("up", "down"))
     assert np.all(up >= x) and np.all(down <= x) and np.any(up != down)
+
+
+def test_forked_maps_from_two_threads_keep_their_own_functions() -> None:
+    """Two threads mapping at once (two models compiled side by side) each get their own
+    function's results: the forked workers' function is set under a lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def square(i: int) -> int:
+        return i * i
+
+    def negate(i: int) -> int:
+        return -i
+
+    with ThreadPoolExecutor(2) as pool:
+        squares = pool.submit(jit.forked_map, square, 6, 2)
+        negated = pool.submit(jit.forked_map, negate, 6, 2)
+        assert squares.result() == [i * i for i in range(6)]
+        assert negated.result() == [-i for i in range(6)]
