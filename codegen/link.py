@@ -147,7 +147,10 @@ def functions(
     defaults. The same workload under the same trace is the same code, taken without
     emitting it again."""
     keys = [(s.kernel.workload_key(), s.trace_hash()) for s in schedules]
-    first = [step for step, key in enumerate(keys) if keys.index(key) == step]
+    first_of: dict[tuple[str, str], int] = {}
+    for step, key in enumerate(keys):
+        first_of.setdefault(key, step)
+    first = list(first_of.values())  # each distinct key's first step, in order
     memo_keys = [(*keys[step], repr(with_hints(target, schedules[step].hints))) for step in first]
     missing = [job for job, key in enumerate(memo_keys) if cache.EMITTED.get(key) is None]
 
