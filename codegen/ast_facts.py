@@ -163,6 +163,20 @@ def fors(node: AstNode) -> list[For]:
     return []
 
 
+def relative_trips(loop: For) -> int | None:
+    """The trip count of a unit-step loop whose bound minus its start is a constant
+    (a tile's loop `for (v = 8*t; v <= 8*t + 7; v++)`), else None."""
+    bound = upper(loop)
+    if bound is None or loop.inc != Int(1):
+        return None
+    terms = linear_terms(Op("sub", (bound, loop.init)))
+    if not terms:
+        return 0
+    if len(terms) == 1 and terms[0][0] == "":
+        return max(terms[0][1], 0)
+    return None
+
+
 def constant_trips(loop: For) -> int | None:
     """A loop's trip count when its bounds and step are constants, else None."""
     low = constant_lower(loop.init)

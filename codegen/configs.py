@@ -25,4 +25,5 @@ def lower_config(target: Target) -> LowerConfig:
     memory again while its matrix product saves work per channel pair, so it pays only
     for many channels, and the fewer the wider the vectors (the direct conv is faster
     then): `benchmarks/conv_bench.py` measures the threshold against the direct conv."""
-    return LowerConfig(winograd_channels=32 * target.lanes("float32"))
+    lanes = target.lanes("float32")
+    return LowerConfig(winograd_channels=32 * lanes, vector_width=lanes)

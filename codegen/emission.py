@@ -22,13 +22,15 @@ from polytile.poly.ir.kernel import Kernel, Statement
 from polytile.poly.ir.schedule import Schedule
 from polytile.poly.transform.contract import Private
 
-from .ast_facts import calls_of, constant_bound, exact, upper
+from .ast_facts import calls_of, exact, relative_trips, upper
 from .llvm_types import I64, ModuleContext
 from .target import Target
 from .values import address_texts
 
 #: unroll marks on loops with more iterations than this stay loops
 MAX_UNROLL = 64
+#: the element types whose vectors may run with lanes masked off (`maskable`)
+MASKABLE_DTYPES = frozenset({"float32", "float64"})
 
 
 class Emitter(Protocol):
@@ -110,22 +112,32 @@ class KernelState:
 
     def vector_lanes(self, node: For) -> int | None:
         """Lanes of a vector loop: one register of the narrowest type, fewer when the
-        loop is shorter; None when it cannot run as vectors."""
+        loop is shorter (the power of two that covers it when its last vector may be
+        masked, `maskable`, else the one it covers); None when it cannot run as
+        vectors."""
         calls = calls_of(node.body)
         if calls is None or node.inc != Int(1):
             return None
+        lanes = min(self.target.lanes(d) for d in self._dtypes(node))
+        trips = relative_trips(node)
+        if trips is not None and trips < lanes:
+            wide = 1 << max(trips - 1, 1).bit_length()
+            lanes = wide if self.maskable(node) else 1 << max(trips, 1).bit_length() - 1
+        return lanes if lanes >= 2 else None
+
+    def _dtypes(self, node: For) -> set[str]:
         dtypes = set()
-        for call in calls:
+        for call in calls_of(node.body) or ():
             stmt = self.kernel.statement[call.stmt]
             dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
             dtypes.update(e.dtype for e in walk(stmt.expr))
-        lanes = min(self.target.lanes(d) for d in dtypes)
-        bound = upper(node)
-        limit = constant_bound(bound) if bound is not None else None
-        if limit is not None and isinstance(node.init, Int):
-            trips = limit - node.init.value
-            lanes = min(lanes, 1 << max(trips, 1).bit_length() - 1)
-        return lanes if lanes >= 2 else None
+        return dtypes
+
+    def maskable(self, node: For) -> bool:
+        """Whether the loop's last, partial vector may run masked: its lanes past the
+        loop compute undefined values that nothing stores, which only floating point
+        does without a trap (an integer division by an undefined lane may fault)."""
+        return self._dtypes(node) <= MASKABLE_DTYPES
 
     def expanded(self, node: For) -> bool:
         """Whether codegen emits the loop as straight-line copies with constant values."""
@@ -140,7 +152,9 @@ class KernelState:
             return 0 < trips <= MAX_UNROLL
         if node.annotation == "vector":
             lanes = self.vector_lanes(node)
-            return lanes is not None and trips % lanes == 0 and trips // lanes <= MAX_UNROLL
+            if lanes is None or -(-trips // lanes) > MAX_UNROLL:
+                return False
+            return trips % lanes == 0 or self.maskable(node)
         return False
 
 

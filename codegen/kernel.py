@@ -55,7 +55,7 @@ from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule
 from polytile.poly.transform.contract import private_temporaries
 
-from .ast_facts import calls_of, constant_bound, constant_lower, exact, upper
+from .ast_facts import calls_of, constant_bound, constant_lower, exact, relative_trips, upper
 from .emission import MAX_UNROLL, KernelState, plus
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .prefetch import Prefetcher
@@ -412,26 +412,32 @@ class _Emitter:
             for call in calls
         }
 
-        def vector_body(scope: Env) -> None:
+        def vector_body(scope: Env, active: int | None = None) -> None:
             for call in calls:
                 plan = plans[call.stmt]
                 if plan is None:
-                    for lane in range(lanes):
+                    for lane in range(lanes if active is None else active):
                         lane_scope = {**scope, node.var: plus(self.b, scope[node.var], lane)}
                         self.call(call, lane_scope)
                 else:
-                    self.call(call, scope, Lanes(lanes, plan))
+                    self.call(call, scope, Lanes(lanes, plan, active))
 
         if self.state.expanded(node):
-            # constant trip count, a multiple of the lanes: straight-line vectors
+            # constant bounds: straight-line vectors, the last one masked if partial
             assert isinstance(node.init, Int)
             bound = upper(node)
             limit = exact(bound) if bound is not None else None
             assert limit is not None
             for start in range(node.init.value, limit, lanes):
-                vector_body({**env, node.var: ir.Constant(I64, start)})
+                active = limit - start if limit - start < lanes else None
+                vector_body({**env, node.var: ir.Constant(I64, start)}, active)
             return True
         end = self.serial_loop(node, env, self.int(node.init, env), node.cond, lanes, vector_body)
+        trips = relative_trips(node)
+        if trips is not None and trips % lanes and self.state.maskable(node):
+            # a known remainder: one masked vector rather than a scalar loop
+            vector_body({**env, node.var: end}, trips % lanes)
+            return True
         self.serial_loop(node, env, end, node.cond, 1, self.body_of(node))
         return True
 

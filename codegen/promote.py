@@ -233,6 +233,8 @@ class Accumulators:
         loops: dict[str, str] = {}
         if not self._collect(node.body, calls, inner, loops):
             return None
+        if self._misaligned(node.body):
+            return None
         if not calls or len({c.stmt for c in calls}) != 1:
             return None
         stmt = self.kernel.statement[calls[0].stmt]
@@ -288,6 +290,24 @@ class Accumulators:
             return self._collect(node.body, calls, inner, loops)
         return False
 
+    def _misaligned(self, node: AstNode) -> bool:
+        """Whether sibling pieces of a vector loop start apart and one ends in a masked
+        vector: their accumulators would cover overlapping addresses (`ow1` from 1 to 3
+        in the first tap's piece, from 0 to 3 in the others)."""
+        spans: dict[str, set[tuple[int, int]]] = {}
+        partial: set[str] = set()
+        for loop in fors(node):
+            lanes = self.state.vector_lanes(loop) if loop.annotation == "vector" else None
+            if not lanes or not self.state.expanded(loop):
+                continue
+            assert isinstance(loop.init, Int)
+            limit = exact(upper(loop))  # type: ignore[arg-type]
+            assert limit is not None
+            spans.setdefault(loop.var, set()).add((loop.init.value, limit))
+            if (limit - loop.init.value) % lanes:
+                partial.add(loop.var)
+        return any(len(spans[v]) > 1 for v in partial)
+
     def _expansions(self, node: AstNode) -> tuple[dict[str, int], dict[str, int]]:
         """For each expanded loop below a node: how many values its copies take, and for
         a vector loop its lanes."""
@@ -300,7 +320,7 @@ class Accumulators:
             limit = exact(upper(loop))  # type: ignore[arg-type]
             trips = limit - loop.init.value  # type: ignore[operator]
             lanes = self.state.vector_lanes(loop) if loop.annotation == "vector" else None
-            values[loop.var] = max(values.get(loop.var, 1), trips // (lanes or 1))
+            values[loop.var] = max(values.get(loop.var, 1), -(-trips // (lanes or 1)))
             if lanes:
                 widths[loop.var] = lanes
         return values, widths
@@ -359,7 +379,7 @@ class Accumulators:
                 init = self.kernel.statement[promotion.initial]
                 if lanes is not None:
                     extra = promotion.initial_strides[self.em.enclosing[-1].loop]
-                    both = Lanes(lanes.count, {**lanes.strides, **extra})
+                    both = Lanes(lanes.count, {**lanes.strides, **extra}, lanes.active)
                     inst = Instance(self.em, stmt, dims, both)
                 value = inst.splat(inst.value(init.expr))
             elif promotion.part == 0:
@@ -415,7 +435,9 @@ class Accumulators:
             runs: dict[tuple, list[tuple[int, Slot]]] = {}
             for slot in promotion.slots.values():
                 lanes = slot.lanes
-                if lanes is None or lanes.count & (lanes.count - 1) or lanes.count < 2:
+                if lanes is None or lanes.active is not None or lanes.count < 2:
+                    continue  # (a masked vector is no whole row)
+                if lanes.count & (lanes.count - 1):
                     continue
                 v = slot.values
                 run_key = (slot.piece, lanes.count, *v[:axis], *v[axis + 1 :])

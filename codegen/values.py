@@ -58,6 +58,14 @@ class Lanes:
     count: int
     #: stride along the vector loop of every address and dimension text
     strides: Mapping[str, int | None]
+    #: the leading lanes in use (a short loop's or a loop's last vector, masked); None:
+    #: all. The others compute undefined values that nothing stores, and no load of
+    #: theirs touches memory.
+    active: int | None = None
+
+    @property
+    def used(self) -> int:
+        return self.count if self.active is None else self.active
 
 
 class Instance:
@@ -107,13 +115,14 @@ class Instance:
         elif stride == 1:
             assert self.lanes is not None
             vty = ir.VectorType(mem, self.lanes.count)
-            value = b.load(self.address(tensor, dtype, base), typ=vty, align=align)
+            address = self.address(tensor, dtype, base)
+            value = load_row(self.mc, b, address, vty, self.lanes.used, align)
         elif 2 <= stride <= MAX_SHUFFLED_STRIDE:
             value = self.strided_load(tensor, dtype, base, stride)
         else:
             assert self.lanes is not None
             value = ir.Constant(ir.VectorType(mem, self.lanes.count), None)
-            for lane in range(self.lanes.count):
+            for lane in range(self.lanes.used):
                 at = b.add(base, ir.Constant(I64, stride * lane))
                 item = b.load(self.address(tensor, dtype, at), typ=mem, align=align)
                 value = b.insert_element(value, item, ir.Constant(I32, lane))
@@ -131,7 +140,7 @@ class Instance:
         count = self.lanes.count
         mem = memory_type(dtype)
         wide = ir.VectorType(mem, stride * count)
-        span = stride * (count - 1) + 1
+        span = stride * (self.lanes.used - 1) + 1
         mask = ir.Constant(ir.VectorType(I1, wide.count), [j < span for j in range(wide.count)])
         fn = self.mc.function(
             f"llvm.masked.load.{suffix(wide)}.p0", wide, [PTR, I32, mask.type, wide]
@@ -186,9 +195,10 @@ class Instance:
             return
         value = self.splat(value)
         if stride == 1:
-            b.store(value, self.address(tensor, dtype, base), align=align)
+            address = self.address(tensor, dtype, base)
+            store_row(self.mc, b, value, address, self.lanes.used, align)
             return
-        for lane in range(self.lanes.count):
+        for lane in range(self.lanes.used):
             at = b.add(base, ir.Constant(I64, stride * lane))
             item = b.extract_element(value, ir.Constant(I32, lane))
             b.store(item, self.address(tensor, dtype, at), align=align)

@@ -31,6 +31,9 @@ from polytile.poly.default.steps import default_inlines, depends, narrow_vector,
 from polytile.poly.ir.expr import loads
 from polytile.poly.ir.schedule import initial_schedule
 
+#: the shortest row vectorized as one (masked) vector
+MIN_WHOLE_ROW = 4
+
 
 def default_decisions(sketch: Sketch) -> Decisions:
     """The default schedule's decisions for the sketch's kernel."""
@@ -104,18 +107,24 @@ def _matrix_product(sketch: Sketch) -> dict[str, Any]:
     vec_dim = sketch.dim_of[vec]
     extent = sketch.extent[vec]
     vec_loads = [ld for ld in loads(main.expr) if depends(ld.index, vec_dim)]
-    width = narrow_vector(extent, sketch.lanes)
+    # a row of a box domain may be one masked vector: every tap's piece starts at the
+    # row's start, so all share its register accumulators (a padded domain's edge pieces
+    # start apart, and a masked vector's accumulators would overlap)
+    masked = not sketch.padded
+    width = narrow_vector(extent, sketch.lanes, masked)
     block, rows = register_block(vec_loads, sketch.spatial, sketch.dim_of, sketch.extent, config)
     factor = row_vectors(extent, width, config, rows if block is not None else 0) * width
     if block is None:  # no loop long enough for two register blocks
         spatial, reduce = sketch.spatial, sketch.reduce
         block = window_block(main, spatial, reduce, sketch.dim_of, sketch.extent, rows)
     split = extent >= 2 * width
+    # a row no longer than one vector is that vector, masked past its end
+    whole = masked and not split and MIN_WHOLE_ROW <= extent <= width
     vec_tiles = -(-extent // factor)
     reduce_extents = [sketch.extent[r] for r in sketch.reduce]
     tiles = cache_tiles(reduce_extents, vec_tiles, config) if split else None
     d: dict[str, Any] = {
-        "vec_loop": vec if split else None,
+        "vec_loop": vec if split or whole else None,
         "vec": factor,
         "block_loop": block,
         "block": rows,

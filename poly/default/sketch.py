@@ -273,7 +273,7 @@ class Sketch:
         # plan's channels fill their vectors already)
         vec = d["vec"]
         if vec_loop is not None and not conv:
-            vec = narrow_vector(self.extent[vec_loop], vec)
+            vec = narrow_vector(self.extent[vec_loop], vec, masked=not self.padded)
         if d["pack"]:
             schedule = self._pack(schedule, d, conv, vec)
         if vec_loop is not None:

@@ -173,10 +173,13 @@ def operand_bytes(kernel: Kernel, stmt: str, along: str, not_along: str) -> int:
     )
 
 
-def narrow_vector(extent: int, width: int) -> int:
+def narrow_vector(extent: int, width: int, masked: bool = False) -> int:
     """The vector width for a loop of `extent`: halved (down to 4 lanes) until the loop
     holds two vectors, so a short row (a pooling output of 28 with 16 lanes) runs in
-    vectors of 8 rather than in scalars."""
+    vectors of 8 rather than in scalars. `masked`: a row no longer than `width` is one
+    vector of the power of two that covers it instead, its last lanes masked (7 → 8)."""
+    if masked and extent <= width:
+        return max(4, 1 << (max(extent, 2) - 1).bit_length())
     while width > 4 and extent < 2 * width:
         width = 1 << ((width - 1).bit_length() - 1)  # a power of two (48 -> 32)
     return width

@@ -85,6 +85,9 @@ class LowerConfig:
     #: the fewest input and output channels a Winograd conv has: its transforms cost
     #: memory traffic per channel, its matrix product saves work per channel pair
     winograd_channels: int = 16
+    #: float32 lanes of a vector: a padded depthwise conv whose rows take at most two
+    #: reads a padded copy of its input (`lower.nn`)
+    vector_width: int = 16
 
 
 class _Builder:

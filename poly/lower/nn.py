@@ -39,7 +39,6 @@ from polytile.poly.lower.base import (
     reduction,
 )
 from polytile.poly.lower.window import (
-    PAD_MIN_ROW,
     padded_input,
     padded_taps,
     spatial_dims,
@@ -133,8 +132,9 @@ def _convolution_sum(
 #: a padded depthwise conv reads a padded copy of its input when its window reads each
 #: input element at least this many times (kernel / stride, multiplied over the axes):
 #: the copy reads and writes each element once, which a 3x3 window at stride 2 reusing
-#: each element about twice does not repay
+#: each element about twice repays only over short rows (`_pads_depthwise`)
 PAD_MIN_REUSE = 4
+
 
 #: the direct form of a convolution: (ctx, Y's type, window, group, output dims, tap dims)
 Direct = Callable[
@@ -192,7 +192,7 @@ def _direct_conv(
     where = [c for axis in bounds for c in axis]
     x_load = ctx.load(ctx.node.inputs[0], ("n", channel, *spatial))
     prologue: list[Statement] = []
-    if tap == "0" and per_group_out == 1 and _pads_depthwise(window):
+    if tap == "0" and per_group_out == 1 and _pads_depthwise(window, ctx.config.vector_width):
         prologue, x_load = _padded_taps(ctx, window, channel, o, k)
         where = []
     w_index = ("m", tap, *(k[i] if i in wide else "0" for i in range(rank)))
@@ -201,11 +201,15 @@ def _direct_conv(
     return [*prologue, *_convolution_sum(ctx, out, out_dims, x_load, w_index, taps, where)]
 
 
-def _pads_depthwise(window: Window) -> bool:
-    """Whether a padded depthwise conv reads a padded copy of its input: with long rows
-    (`PAD_MIN_ROW`) and a window reading each input element often (`PAD_MIN_REUSE`)."""
+def _pads_depthwise(window: Window, lanes: int) -> bool:
+    """Whether a padded depthwise conv reads a padded copy of its input: with a window
+    reading each input element often (`PAD_MIN_REUSE`), or rows of at most two vectors
+    of `lanes`. Its rows are then boxes: whole vectors (a short row's last one masked)
+    whose register accumulators every tap shares, rather than edge pieces starting
+    apart, whose accumulators stay in memory (most of a short row's tiles)."""
     reuse = math.prod(k / s for k, s in zip(window.kernel, window.strides, strict=True))
-    return any(window.pads) and window.out[-1] >= PAD_MIN_ROW and reuse >= PAD_MIN_REUSE
+    short = window.out[-1] <= 2 * lanes
+    return any(window.pads) and (reuse >= PAD_MIN_REUSE or (short and reuse >= 2))
 
 
 def _padded_taps(

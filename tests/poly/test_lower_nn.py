@@ -163,14 +163,20 @@ def test_a_depthwise_conv_reusing_its_input_reads_a_padded_copy(case: str, bias:
     assert red.domain_set().is_equal(box)
 
 
-def test_a_depthwise_conv_with_little_reuse_or_short_rows_keeps_padding_in_the_domain() -> None:
-    """A 3x3 window at stride 2 reads each input about twice, and a 7-wide row runs
-    scalar: no padded copy (`PAD_MIN_REUSE`, `PAD_MIN_ROW`)."""
-    for x, strides in (((1, 4, 20, 20), [2, 2]), ((1, 4, 7, 7), [1, 1])):
+def test_a_depthwise_conv_with_little_reuse_over_long_rows_keeps_padding_in_the_domain() -> None:
+    """A 3x3 window at stride 2 reads each input about twice: over rows longer than two
+    vectors no padded copy (`PAD_MIN_REUSE`); over short rows (most of a row's vectors
+    would be edge pieces), or with more reuse, one."""
+    cases = (
+        ((1, 4, 80, 80), [2, 2], False),
+        ((1, 4, 20, 20), [2, 2], True),
+        ((1, 4, 7, 7), [1, 1], True),
+    )
+    for x, strides, copied in cases:
         inputs = {"x": (x, F32), "w": ((4, 1, 3, 3), F32)}
         node = helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1] * 4, strides=strides)
         (kernel,) = check(make([node], inputs, ["y"]), inputs, rtol=1e-4)
-        assert set(kernel.tensors) == {"x", "w", "y"}
+        assert (set(kernel.tensors) != {"x", "w", "y"}) == copied, (x, strides)
 
 
 def test_conv_float16_accumulates_in_float32() -> None:
