@@ -173,6 +173,43 @@ def test_accumulators_of_a_loop_with_full_and_partial_tiles_inside() -> None:
     check(T.replay(k, trace), inputs_for(k))
 
 
+def test_a_short_depthwise_row_runs_as_one_masked_vector() -> None:
+    """A 5x5 depthwise conv over 7x7 planes reads a padded copy and runs each 7-wide
+    row as one vector of 8 lanes, the last masked: no lane reads past the copy's row
+    nor writes past the output's, and the values match the reference."""
+    k = kernel_from_node(
+        helper.make_node("Conv", ["x", "w"], ["y"], group=16, pads=[2] * 4),
+        {"x": (1, 16, 7, 7), "w": (16, 1, 5, 5)},
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    main = main_statement(k)
+    (vector,) = [lp for lp in schedule.loops_of(main.name) if lp.annotation == "vector"]
+    assert T.loop_extent(schedule, vector.name) == 7
+    ir = NativeKernel(schedule).ir
+    assert "llvm.masked.load.v8f32" in ir and "llvm.masked.store.v8f32" in ir
+    check(schedule, inputs_for(k))
+
+
+def test_masked_pieces_that_start_apart_keep_their_accumulators_in_memory() -> None:
+    """A padded pool's row of 12 as one masked vector of 16: the first tap's piece
+    (padding in the domain, at stride 2) starts one column later than the others, so
+    register accumulators keyed by address would overlap (each writing back its own sum
+    of the shared columns); the loop is not promoted and the values match the reference."""
+    k = kernel_from_node(
+        node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        {"x": (1, 4, 6, 24)},
+    )
+    steps = [
+        ("reorder", {"order": ("n", "c", "oh", "kh", "kw", "ow")}),
+        ("decompose_reduction", {"stmt": "MaxPool_0", "loop": "kh"}),
+        ("vectorize", {"loop": "ow"}),
+    ]
+    trace = [{"kind": kind, "args": args} for kind, args in steps]
+    schedule = T.replay(k, trace)
+    assert "llvm.masked.load.v16f32" in NativeKernel(schedule).ir
+    check(schedule, inputs_for(k))
+
+
 def test_accumulators_of_calls_keyed_by_different_unrolled_loops() -> None:
     """Under one reduction loop, a block's calls run in an unrolled loop while the
     leftover row's call has that loop substituted by a constant (a random trace found
