@@ -132,6 +132,10 @@ class _Emitter:
         self.shift: dict[str, ir.Value] = dict(shift or {})
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
+        #: integer instructions emitted in the current block, by operation and operands:
+        #: the unrolled calls of a block share their index arithmetic (less IR for LLVM)
+        self._emitted: dict[tuple, tuple[ir.Value, list[ir.Value]]] = {}
+        self._emitted_in: ir.Block | None = None
         self.prefetcher = Prefetcher(self, state)
         self.accumulators = Accumulators(self, state, self.prefetcher)
 
@@ -470,6 +474,25 @@ class _Emitter:
         if op in ("eq", "le", "lt", "ge", "gt", "and", "or"):
             return b.zext(self.cond(e, env), I64)
         args = [self.int(a, env) for a in e.args]
+        folded = _folded(op, args)
+        if folded is not None:
+            return folded
+        if self._emitted_in is not b.block:
+            self._emitted, self._emitted_in = {}, b.block
+        # operands by identity (the memo holds them, so no id is reused) or value
+        key = (op, *(_operand_key(a) for a in args))
+        if op == "fdiv_q":
+            key += (e.args[1],)
+        found = self._emitted.get(key)
+        if found is None:
+            found = (self._int_op(op, e, args, env), args)
+            self._emitted[key] = found
+        return found[0]
+
+    def _int_op(
+        self, op: str, e: Op, args: list[ir.Value], env: Mapping[str, ir.Value]
+    ) -> ir.Value:
+        b = self.b
         if op == "add":
             return b.add(args[0], args[1], flags=["nsw"])
         if op == "sub":
@@ -508,6 +531,44 @@ class _Emitter:
 
 
 # --- helpers -----------------------------------------------------------------------------
+def _constant(value: ir.Value) -> int | None:
+    if isinstance(value, ir.Constant) and isinstance(value.constant, int):
+        return value.constant
+    return None
+
+
+def _operand_key(value: ir.Value) -> tuple[str, int]:
+    c = _constant(value)
+    return ("value", id(value)) if c is None else ("constant", c)
+
+
+def _folded(op: str, args: list[ir.Value]) -> ir.Value | None:
+    """An integer operation on constants, or with a neutral or absorbing operand, as its
+    value (None: it must be emitted)."""
+    c = [_constant(a) for a in args]
+    if op == "add":
+        if c[0] is not None and c[1] is not None:
+            return ir.Constant(I64, c[0] + c[1])
+        return args[1] if c[0] == 0 else args[0] if c[1] == 0 else None
+    if op == "sub":
+        if c[0] is not None and c[1] is not None:
+            return ir.Constant(I64, c[0] - c[1])
+        return args[0] if c[1] == 0 else None
+    if op == "mul":
+        if c[0] is not None and c[1] is not None:
+            return ir.Constant(I64, c[0] * c[1])
+        if 0 in (c[0], c[1]):
+            return ir.Constant(I64, 0)
+        return args[1] if c[0] == 1 else args[0] if c[1] == 1 else None
+    if op == "minus" and c[0] is not None:
+        return ir.Constant(I64, -c[0])
+    if op == "fdiv_q" and c[0] is not None and c[1] is not None and c[1] > 0:
+        return ir.Constant(I64, c[0] // c[1])
+    if op in ("min", "max") and all(x is not None for x in c):
+        return ir.Constant(I64, (min if op == "min" else max)(c))  # type: ignore[type-var]
+    return None
+
+
 def _fold(values: list[ir.Value], fn: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
     result = values[0]
     for value in values[1:]:
