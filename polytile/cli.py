@@ -599,7 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--cost-model", help="a cost model file: loaded if it exists, saved after tuning"
     )
     tune.add_argument(
-        "--cost-model-kind", choices=["regression", "ranking", "random"], default="regression"
+        "--cost-model-kind",
+        choices=["pretrained", "regression", "ranking", "random"],
+        default="pretrained",
+        help="pretrained (the default): fit on the rows shipped with polytile plus this "
+        "tune's measurements; regression, ranking: trained from this tune's only",
     )
     tune.add_argument(
         "--validate",

@@ -40,12 +40,14 @@ uses), this machine's unless the caller names them.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
 import random
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -287,7 +289,144 @@ class RankModel(GBModel):
         return wins.reshape(len(x), len(reference)).mean(axis=1)
 
 
-MODELS: dict[str, type[GBModel]] = {"regression": GBModel, "ranking": RankModel}
+#: the shipped rows of the pre-trained model (`benchmarks/train_cost_model.py` writes them)
+SHIPPED = Path(__file__).resolve().parent / "data" / "cost_model_rows.npz"
+#: how many times a row measured in this tune counts against a shipped row's once (see
+#: `PretrainedModel`)
+ONLINE_WEIGHT = 4
+
+
+@dataclass(frozen=True)
+class ShippedRows:
+    """Measured candidates of other tasks: feature rows, per-task normalized throughput,
+    task ids, and where they were measured (the sidecar JSON)."""
+
+    features: np.ndarray
+    targets: np.ndarray
+    groups: np.ndarray
+    meta: Mapping[str, Any]
+
+
+def load_shipped(path: str | os.PathLike[str] = SHIPPED) -> ShippedRows:
+    """The rows of `path` and its sidecar (`.json` beside it); a TuningError naming the
+    file when either is missing or unreadable, or its feature format is not MODEL_FORMAT."""
+    data, sidecar = Path(path), Path(path).with_suffix(".json")
+    try:
+        meta = json.loads(sidecar.read_text())
+        with np.load(data, allow_pickle=False) as npz:
+            features = np.asarray(npz["features"], dtype=np.float64)
+            targets = np.asarray(npz["targets"], dtype=np.float64)
+            groups = np.asarray(npz["groups"])
+    except (OSError, ValueError, KeyError) as err:
+        raise TuningError(f"cost model rows '{data}' cannot be loaded: {err}") from None
+    if meta.get("format") != MODEL_FORMAT:
+        raise TuningError(
+            f"cost model rows '{data}' have feature format {meta.get('format')}, this "
+            f"polytile computes format {MODEL_FORMAT}: regenerate them "
+            "(benchmarks/train_cost_model.py)"
+        )
+    if features.ndim != 2 or not len(features) == len(targets) == len(groups):
+        raise TuningError(f"cost model rows '{data}': features, targets and groups disagree")
+    return ShippedRows(features, targets, groups, meta)
+
+
+def _regressor(x: np.ndarray, y: np.ndarray, seed: int) -> Any:
+    """The pre-trained model's boosted trees (histogram-based: thousands of rows fit in a
+    fraction of a second), on one thread: the measurer's workers own the other cores.
+    Small leaves of at least 40 rows: the rows come from other tasks, and a tree that
+    fits one task's few candidates closely ranks an unseen task's worse (`evaluate` in
+    `benchmarks/train_cost_model.py` compared the settings)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    model = HistGradientBoostingRegressor(
+        max_iter=100, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=40,
+        early_stopping=False, random_state=seed,
+    )  # fmt: skip
+    with threadpool_limits(1, user_api="openmp"):
+        model.fit(x, y)
+    return model
+
+
+def _predict(model: Any, x: np.ndarray) -> np.ndarray:
+    """`model`'s predictions, on one thread (OpenMP's spinning threads would compete with
+    the measurer's)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="openmp"):
+        return model.predict(x)
+
+
+#: the fit on the shipped rows alone, per (file, its mtime, seed): fit once per process
+_BASE: dict[tuple[str, float, int], Any] = {}
+
+
+class PretrainedModel(GBModel):
+    """Regression on normalized throughput (as `GBModel`) fit on the shipped rows (other
+    tasks, measured where the sidecar says) plus this tune's measurements. The shipped
+    rows are thousands and a tune's rows dozens: each of the latter counts ONLINE_WEIGHT
+    times (it describes the very tasks being ranked, whose own measurements should move
+    the fit within a few rounds; `train_cost_model.py evaluate` compares weights on
+    held-out tasks). The first fit, on the shipped rows alone, is cached in
+    the process. Without usable shipped rows (missing file, other feature format) it
+    warns, naming the file, and is the from-scratch `GBModel`."""
+
+    kind = "pretrained"
+    #: how many times each of this tune's rows counts (a shipped row once)
+    online_weight = ONLINE_WEIGHT
+
+    def __init__(self, seed: int = 0, data: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(seed)
+        self.data = Path(data) if data is not None else SHIPPED
+        self._shipped: ShippedRows | None = None
+        self._fallback = False
+        #: rows of the last fit: shipped + measured in this tune
+        self.fitted_rows = 0
+
+    def shipped(self) -> ShippedRows | None:
+        """The shipped rows, loaded once; None (after one warning) when unusable."""
+        if self._shipped is None and not self._fallback:
+            try:
+                self._shipped = load_shipped(self.data)
+            except TuningError as err:
+                warnings.warn(f"{err}; tuning with a cost model trained from scratch", stacklevel=3)
+                self._fallback = True
+        return self._shipped
+
+    def fit_rows(
+        self, rows: Rows, scores: Sequence[float], groups: Sequence[str] | None = None
+    ) -> None:
+        shipped = self.shipped()
+        if shipped is None:
+            super().fit_rows(rows, scores, groups)
+            self.fitted_rows = len(rows) if self._model is not None else 0
+            return
+        if len(rows) == 0:
+            key = (str(self.data.resolve()), self.data.stat().st_mtime, self.seed)
+            if key not in _BASE:
+                _BASE[key] = _regressor(shipped.features, shipped.targets, self.seed)
+            self._model = _BASE[key]
+        else:
+            # weighed by repetition: the trees fit several times faster than with weights
+            repeat = self.online_weight
+            x = np.concatenate([shipped.features, np.repeat(_matrix(rows), repeat, axis=0)])
+            new = np.repeat(np.asarray(scores, dtype=np.float64), repeat)
+            self._model = _regressor(x, np.concatenate([shipped.targets, new]), self.seed)
+        self.fitted_rows = len(shipped.targets) + len(rows)
+
+    def predict_rows(self, rows: Rows) -> np.ndarray:
+        if self._model is None and self.shipped() is not None:
+            self.fit_rows([], [])
+        if self._model is None or self._fallback:
+            return super().predict_rows(rows)
+        return _predict(self._model, _matrix(rows))
+
+
+MODELS: dict[str, type[GBModel]] = {
+    "pretrained": PretrainedModel,
+    "regression": GBModel,
+    "ranking": RankModel,
+}
 
 
 def load_model(path: str | os.PathLike[str]) -> GBModel:

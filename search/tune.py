@@ -484,7 +484,7 @@ def tune(
     progress: bool = True,
     cost_model: str | None = None,
     pool: int = 6,
-    cost_model_kind: str = "regression",
+    cost_model_kind: str = "pretrained",
     start_from_default: bool = True,
     validation: ValidateConfig | None = None,
     compile_model: Callable[..., CompiledModel] | None = None,
@@ -498,8 +498,10 @@ def tune(
     neighbours beyond any budget). With
     `cost_model`, the model is loaded from that file when it exists (it is a pickle: load
     only your own) and saved there at the end; otherwise a new `cost_model_kind` model
-    ("regression", "ranking" or "random") is trained. `start_from_default=False` makes
-    the evolutionary population start from samples only (an ablation). Validation
+    is trained: "pretrained" (the default: the shipped rows plus this tune's, see
+    `cost_model.PretrainedModel`), "regression", "ranking" or "random".
+    `start_from_default=False` makes the evolutionary population start from samples only
+    (an ablation). Validation
     compiles the model with `compile_model` (`polytile.compile`, which `polytile.tune`
     passes: the compiler is a later stage than the search). With `early_stopping` N the
     search ends once the estimated model latency has not improved during N trials
