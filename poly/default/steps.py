@@ -16,7 +16,7 @@ import numpy as np
 from polytile.errors import IllegalSchedule
 from polytile.poly.ast.tiles import has_partial_tiles
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import Const, Load, loads
+from polytile.poly.ir.expr import Const, loads
 from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
 from polytile.poly.ir.schedule import Loop, Schedule, statements_below
 from polytile.poly.transform import steps as T
@@ -140,9 +140,10 @@ def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
 
 def padded_inputs(kernel: Kernel, main: str) -> list[str]:
     """The writers of each temporary that only `main` reads and that holds a padded copy:
-    every writer copies a tensor or fills in a constant, and one fills (a pool's padded
-    input, a fused constant Pad). Other producers (a fused BatchNorm and ReLU before a
-    conv) stay in their own nests: computed per tile they were not measured."""
+    every writer fills in a constant or computes element by element from the kernel's
+    inputs and constants alone, and one fills (a pool's padded input, a fused constant
+    Pad, a depthwise conv's padded input with the SiLU before it inlined). Producers
+    reading other temporaries stay in their own nests."""
     readers: dict[str, set[str]] = {}
     for s in kernel.statements:
         for ld in loads(s.expr):
@@ -153,11 +154,21 @@ def padded_inputs(kernel: Kernel, main: str) -> list[str]:
         if (
             t.role is Role.TEMP
             and readers.get(name) == {main}
-            and all(isinstance(w.expr, Load | Const) and w.init_of is None for w in writers)
+            and all(_elementwise_from_inputs(kernel, w) for w in writers)
             and any(isinstance(w.expr, Const) for w in writers)
         ):
             found += [w.name for w in writers]
     return found
+
+
+def _elementwise_from_inputs(kernel: Kernel, stmt: Statement) -> bool:
+    return (
+        stmt.init_of is None
+        and stmt.reduction is None
+        and all(
+            kernel.tensors[ld.tensor].role in (Role.INPUT, Role.CONSTANT) for ld in loads(stmt.expr)
+        )
+    )
 
 
 def operand_bytes(kernel: Kernel, stmt: str, along: str, not_along: str) -> int:

@@ -8,17 +8,20 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule
+from polytile.frontend import import_model, optimize, partition
 from polytile.poly.default.schedule import DefaultConfig, default_schedule, main_statement
 from polytile.poly.default.steps import padded_inputs
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.ir.buffers import BUFFER_ALIGN
+from polytile.poly.ir.expr import Binary
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Loop, Schedule, initial_schedule
+from polytile.poly.lower import lower
 from polytile.poly.transform import steps as T
 
 from natives import avx512_ir, check, inputs_for
@@ -341,6 +344,33 @@ def test_a_pooling_window_over_short_rows_keeps_its_channel_block_in_registers()
     schedule = default_schedule(k, DefaultConfig(vector_width=16))
     main = main_statement(k)  # the window's sum (the tap counts are reductions too)
     assert [lp.annotation for lp in schedule.loops_of(main.name)][-1] == "unroll"
+    check(schedule, inputs_for(k))
+
+
+def test_a_padded_input_computed_from_the_input_is_made_per_channel_tile() -> None:
+    """A depthwise conv after SiLU: the padded copy computes x * sigmoid(x) from the
+    kernel's input alone, so it is made one tile of channels at a time inside the conv's
+    parallel loop (one nest, the copy private to each thread), and the values match the
+    program-order reference."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])
+    w = numpy_helper.from_array(RNG.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["x", "s"], ["a"]),
+        helper.make_node("Conv", ["a", "w"], ["y"], group=8, pads=[1] * 4),
+    ]
+    graph = helper.make_graph(nodes, "silu_dw", [x], [y], [w])
+    g = optimize(import_model(helper.make_model(graph)))
+    (group,) = partition(g).groups
+    k = lower(g, group)
+    main = main_statement(k)
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    inlined = schedule.kernel  # the SiLU inlined into the padded copy
+    pads = padded_inputs(inlined, main.name)
+    assert len(pads) == 2
+    assert any(isinstance(inlined.statement[p].expr, Binary) for p in pads)
+    assert len(schedule.body) == 1  # the copy inside the conv's nest
     check(schedule, inputs_for(k))
 
 
