@@ -125,25 +125,36 @@ def main_statement(kernel: Kernel) -> Statement:
 
 
 def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
-    """The main statement's padded input (`padded_inputs`) made inside its outermost loop,
-    vectorized: copied one tile (of channels) at a time, while it stays in cache, rather
-    than in a pass over the whole input (Inception v2's 3x3 AveragePools over 14x14 ran
-    fastest so, then with the copy as a pass of its own, slowest without a copy)."""
+    """The main statement's prologues (`tile_prologues`: a padded input, an activation
+    read several times by a strided window) made inside its outermost loop, vectorized:
+    one tile (of channels) at a time, while it stays in cache, rather than in a pass
+    over the whole input (Inception v2's 3x3 AveragePools over 14x14 ran fastest so,
+    then with the copy as a pass of its own, slowest without a copy). A prologue that
+    every tile needs whole cannot move there (the parallel loop would carry it)."""
     tile = next(
         (lp.name for lp in schedule.loops_of(main) if T.loop_extent(schedule, lp.name) > 1), None
     )
-    for stmt in padded_inputs(schedule.kernel, main) if tile else []:
+    for stmt in tile_prologues(schedule.kernel, main) if tile else []:
         schedule = attempt(schedule, lambda s, st=stmt: T.compute_at(s, st, tile))
         schedule = vectorize_innermost(schedule, stmt, width)
     return schedule
 
 
 def padded_inputs(kernel: Kernel, main: str) -> list[str]:
-    """The writers of each temporary that only `main` reads and that holds a padded copy:
-    every writer fills in a constant or computes element by element from the kernel's
-    inputs and constants alone, and one fills (a pool's padded input, a fused constant
-    Pad, a depthwise conv's padded input with the SiLU before it inlined). Producers
-    reading other temporaries stay in their own nests."""
+    """The `tile_prologues` that hold a padded copy: one of the temporary's writers fills
+    in a constant (a pool's padded input, a fused constant Pad, a depthwise conv's padded
+    input with the SiLU before it inlined)."""
+    found = tile_prologues(kernel, main)
+    padded = {
+        kernel.statement[w].tensor for w in found if isinstance(kernel.statement[w].expr, Const)
+    }
+    return [w for w in found if kernel.statement[w].tensor in padded]
+
+
+def tile_prologues(kernel: Kernel, main: str) -> list[str]:
+    """The writers of each temporary that only `main` reads, each filling in a constant
+    or computing element by element from the kernel's inputs and constants alone.
+    Producers reading other temporaries stay in their own nests."""
     readers: dict[str, set[str]] = {}
     for s in kernel.statements:
         for ld in loads(s.expr):
@@ -155,7 +166,6 @@ def padded_inputs(kernel: Kernel, main: str) -> list[str]:
             t.role is Role.TEMP
             and readers.get(name) == {main}
             and all(_elementwise_from_inputs(kernel, w) for w in writers)
-            and any(isinstance(w.expr, Const) for w in writers)
         ):
             found += [w.name for w in writers]
     return found

@@ -15,7 +15,7 @@ from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule
 from polytile.frontend import import_model, optimize, partition
 from polytile.poly.default.schedule import DefaultConfig, default_schedule, main_statement
-from polytile.poly.default.steps import padded_inputs
+from polytile.poly.default.steps import padded_inputs, tile_prologues
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.ir.buffers import BUFFER_ALIGN
 from polytile.poly.ir.expr import Binary
@@ -347,23 +347,29 @@ def test_a_pooling_window_over_short_rows_keeps_its_channel_block_in_registers()
     check(schedule, inputs_for(k))
 
 
+def _silu_depthwise(side: int, stride: int) -> Kernel:
+    """The kernel of SiLU then a padded depthwise 3x3 conv over 8 channels."""
+    out = (side - 1) // stride + 1
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, side, side])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, out, out])
+    w = numpy_helper.from_array(RNG.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["x", "s"], ["a"]),
+        helper.make_node("Conv", ["a", "w"], ["y"], group=8, pads=[1] * 4, strides=[stride] * 2),
+    ]
+    graph = helper.make_graph(nodes, "silu_dw", [x], [y], [w])
+    g = optimize(import_model(helper.make_model(graph)))
+    (group,) = partition(g).groups
+    return lower(g, group)
+
+
 def test_a_padded_input_computed_from_the_input_is_made_per_channel_tile() -> None:
     """A depthwise conv after SiLU: the padded copy computes x * sigmoid(x) from the
     kernel's input alone, so it is made one tile of channels at a time inside the conv's
     parallel loop (one nest, the copy private to each thread), and the values match the
     program-order reference."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])
-    w = numpy_helper.from_array(RNG.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
-    nodes = [
-        helper.make_node("Sigmoid", ["x"], ["s"]),
-        helper.make_node("Mul", ["x", "s"], ["a"]),
-        helper.make_node("Conv", ["a", "w"], ["y"], group=8, pads=[1] * 4),
-    ]
-    graph = helper.make_graph(nodes, "silu_dw", [x], [y], [w])
-    g = optimize(import_model(helper.make_model(graph)))
-    (group,) = partition(g).groups
-    k = lower(g, group)
+    k = _silu_depthwise(12, 1)
     main = main_statement(k)
     schedule = default_schedule(k, DefaultConfig(vector_width=16))
     inlined = schedule.kernel  # the SiLU inlined into the padded copy
@@ -371,6 +377,19 @@ def test_a_padded_input_computed_from_the_input_is_made_per_channel_tile() -> No
     assert len(pads) == 2
     assert any(isinstance(inlined.statement[p].expr, Binary) for p in pads)
     assert len(schedule.body) == 1  # the copy inside the conv's nest
+    check(schedule, inputs_for(k))
+
+
+def test_an_activation_a_strided_window_reads_is_made_per_channel_tile() -> None:
+    """A stride-2 depthwise conv over rows too long for a padded copy reads its SiLU
+    from a temporary (each element about twice): the temporary is made one tile of
+    channels at a time inside the conv's parallel loop, and the values match."""
+    k = _silu_depthwise(80, 2)
+    main = main_statement(k)
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    assert tile_prologues(schedule.kernel, main.name)
+    assert not padded_inputs(schedule.kernel, main.name)
+    assert len(schedule.body) == 1
     check(schedule, inputs_for(k))
 
 
