@@ -345,8 +345,9 @@ def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
     """Elementwise statements before the main one whose temporary is read once, by another
     such statement over as many points (GELU's divide, erf, add and multiplies before a
     MatMul): inlined into their reader, the chain is one pass over memory instead of one
-    per operator. What the main statement reads is left alone: inlined into a reduction
-    it would be computed again for every point that reads it."""
+    per operator; also into an elementwise main statement (SiLU's sigmoid and multiply).
+    What a reduction reads is left alone: inlined, it would be computed again for every
+    point that reads it."""
     before = kernel.statements[: [s.name for s in kernel.statements].index(main.name)]
     readers: dict[str, list[Statement]] = {}
     for s in kernel.statements:
@@ -364,7 +365,7 @@ def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
         if len(reads) != 1:
             continue
         reader = reads[0]
-        if reader.name == main.name or reader.reduction or reader.init_of is not None:
+        if reader.reduction or reader.init_of is not None:
             continue
         if ih.box_volume(reader.domain_set()) != ih.box_volume(s.domain_set()):
             continue

@@ -256,6 +256,21 @@ def test_default_schedule_inlines_an_elementwise_chain_before_a_matmul() -> None
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_default_schedule_inlines_a_chain_into_an_elementwise_main_statement() -> None:
+    """SiLU as its own kernel (its output also feeds a squeeze-excitation pool): the
+    sigmoid's temporary, read once by the multiply over as many points, is inlined into
+    it, one pass over memory instead of two, and the values match numpy."""
+    k = kernel("S[i, j] = sigmoid(A[i, j])", "Y[i, j] = A[i, j] * S[i, j]", A=(6, 40))
+    schedule = default_schedule(k, DefaultConfig(vector_width=8))
+    assert [s.args["stmt"] for s in schedule.trace if s.kind == "inline"] == [
+        producers(k, "S")[0]
+    ]
+    assert "S" not in schedule.kernel.tensors
+    a = RNG.standard_normal((6, 40)).astype(np.float32)
+    got = NativeKernel(schedule)({"A": a})["Y"]
+    np.testing.assert_allclose(got, a / (1 + np.exp(-a)), rtol=1e-5, atol=1e-6)
+
+
 def test_default_schedule_keeps_a_temporary_read_twice_or_broadcast() -> None:
     """Inlining a temporary read by two loads, or into a reader over more points, would
     compute it again for each: the default schedule keeps both."""
