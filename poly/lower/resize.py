@@ -30,6 +30,7 @@ from polytile.poly.lower.base import (
     copy_statement,
     floordiv_text,
     lowering,
+    parens,
     reduction,
 )
 
@@ -298,9 +299,93 @@ def _resize(ctx: LowerContext) -> list[Statement]:
         return _resize_nearest(ctx, resized)
     if mode in ("linear", "cubic") and int(ctx.attr("antialias", 0)):  # type: ignore[arg-type]
         return _resize_antialias(ctx, resized, mode)
+    if mode == "linear":
+        separable = _resize_linear_separable(ctx, resized)
+        if separable is not None:
+            return separable
     if mode in ("linear", "cubic"):
         return _resize_interpolate(ctx, resized, mode)
     raise ctx.unsupported(f"mode '{mode}'")
+
+
+def _linear_pieces(axis: _Axis, dim: str) -> list[tuple[tuple[str, ...], str, str]] | None:
+    """The pieces of one axis of a linear Resize: (constraints, left and right source
+    index), affine where a formula reproduces the reference's float floor of the
+    coordinate; the clamped ends are pieces of their own. None when no formula does."""
+    raw = np.floor(axis.coordinates())
+    keys = ["low" if r < 0 else "high" if r >= axis.size - 1 else "mid" for r in raw]
+    y = np.arange(axis.out, dtype=object)
+    pieces: list[tuple[tuple[str, ...], str, str]] = []
+    for key, start, stop in _runs(keys):
+        where = _interval(dim, start, stop, axis.out)
+        if key != "mid":
+            edge = "0" if key == "low" else str(axis.size - 1)
+            pieces.append((where, edge, edge))
+            continue
+        for limit in (16, 256, 4096, 1 << 20, None):
+            a, b, d = _affine_rounding(axis, "floor", limit)
+            if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop].astype(int)):
+                left = floordiv_text(affine_text([(a, dim)], b), d)
+                pieces.append((where, left, f"{parens(left)} + 1"))
+                break
+        else:
+            return None
+    return pieces
+
+
+def _resize_linear_separable(
+    ctx: LowerContext, resized: dict[int, _Axis]
+) -> list[Statement] | None:
+    """Linear Resize one axis at a time, the innermost first (as the reference's
+    recursion): each pass a float64 temporary T[.., y, ..] = (1 - r(y)) S[.., i(y), ..]
+    + r(y) S[.., i(y) + 1, ..] with an affine source index per piece of the axis, so the
+    outer axes' passes read whole rows (vectors) and only the innermost gathers. None
+    where it does not apply (integer outputs, exclude_outside, tf_crop_and_resize, or a
+    coordinate map no affine formula reproduces)."""
+    x, out = ctx.input_type(0), ctx.output_type()
+    if (
+        np.dtype(out.dtype).kind != "f"
+        or int(ctx.attr("exclude_outside", 0))  # type: ignore[arg-type]
+        or any(spec.crop or spec.constant is not None for spec in resized.values())
+        or not resized
+    ):
+        return None
+    dims = ctx.dims(out.rank)
+    pieces = {a: _linear_pieces(spec, dims[a]) for a, spec in resized.items()}
+    if any(p is None for p in pieces.values()):
+        return None
+    shape = list(x.shape)
+    statements: list[Statement] = []
+    source: str | None = None  # the previous pass's temporary, X first
+    order = sorted(resized, reverse=True)
+    for n, axis in enumerate(order):
+        shape[axis] = resized[axis].out
+        last = n == len(order) - 1
+        target = ctx.output() if last else ctx.temp(f"axis{axis}", shape, "float64")
+        coordinate = resized[axis].coordinate(dims[axis])
+        ratio = binary("sub", coordinate, unary("floor", coordinate))
+        for k, (where, left, right) in enumerate(pieces[axis]):  # type: ignore[union-attr]
+            taps = []
+            for weight, position in (
+                (binary("sub", Const(1.0, "float64"), ratio), left),
+                (ratio, right),
+            ):
+                index: list[str | Expr] = list(dims)
+                index[axis] = position
+                value: Expr = (
+                    Cast(ctx.load(ctx.node.inputs[0], index), "float64")
+                    if source is None
+                    else ctx.load_temp(source, index)
+                )
+                taps.append(binary("mul", weight, value))
+            total: Expr = binary("add", taps[0], taps[1])
+            if last:
+                total = Cast(total, out.dtype)
+            name = ctx.statement_name(f"{ctx.node.name}_axis{axis}" + (f"_{k}" if k else ""))
+            domain = ctx.domain(name, dims, shape, " and ".join(where))
+            statements.append(Statement(name, dims, domain, target, dims, total))
+        source = target
+    return statements
 
 
 def _resize_nearest(ctx: LowerContext, resized: dict[int, _Axis]) -> list[Statement]:

@@ -1,6 +1,7 @@
 """Resize with antialias=1 (the filter widened by 1 / scale when downsampling): the
 lowered kernels against onnx's reference evaluator over the coordinate modes, scales and
-sizes, exclude_outside, axes, integer data and the extrapolation of tf_crop_and_resize."""
+sizes, exclude_outside, axes, integer data and the extrapolation of tf_crop_and_resize;
+and linear Resize one axis at a time with affine source indices."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from test_lower_injective import COORDINATES, _resize, check, statements_of
 
+from polytile.poly.ir.expr import Load, walk
 from polytile.poly.lower.resize import _Axis, antialias_taps
 
 
@@ -79,3 +81,23 @@ def test_antialias_taps_cover_the_window(mode: str) -> None:
     used = weights != 0
     assert np.all(np.abs(taps - centre[:, None])[used] < reach)
     assert used[:, 0].any() and weights.shape[1] == 2 * int(np.ceil(reach))
+
+
+@pytest.mark.parametrize("coordinates", COORDINATES)
+@pytest.mark.parametrize("scales", [[1, 1, 8, 8], [1, 1, 1.5, 2.5], [1, 1, 0.6, 3]])
+def test_linear_resize_one_axis_at_a_time_with_affine_indices(
+    coordinates: str, scales: list[float]
+) -> None:
+    """Up and down by integer and fractional factors: one float64 pass per resized axis
+    (the innermost first), every source index affine (no indirect load), the clamped ends
+    pieces of their own, and the values the reference evaluator's."""
+    m, inputs = _resize(
+        (1, 3, 5, 7), scales=scales, mode="linear", coordinate_transformation_mode=coordinates
+    )
+    kernels = check(m, inputs, oracle="reference", rtol=1e-5, atol=1e-5)
+    statements = statements_of(kernels)
+    assert not any(s.reduction for s in statements)
+    loads = [e for s in statements for e in walk(s.expr) if isinstance(e, Load)]
+    assert loads and all(isinstance(i, str) for ld in loads for i in ld.index)
+    temps = {t.name for k in kernels for t in k.tensors.values() if t.dtype == "float64"}
+    assert len(temps) == 1  # the innermost axis' pass
