@@ -132,10 +132,23 @@ def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
     then with the copy as a pass of its own, slowest without a copy). A prologue that
     every tile needs whole cannot move there (the parallel loop would carry it)."""
     tile = next(
-        (lp.name for lp in schedule.loops_of(main) if T.loop_extent(schedule, lp.name) > 1), None
+        (lp for lp in schedule.loops_of(main) if T.loop_extent(schedule, lp.name) > 1), None
     )
-    for stmt in tile_prologues(schedule.kernel, main) if tile else []:
-        schedule = attempt(schedule, lambda s, st=stmt: T.compute_at(s, st, tile))
+    if tile is None:
+        return schedule
+    kernel = schedule.kernel
+    reader = kernel.statement[main]
+    value = tile.exprs[main].split("->", 1)[1]
+    tiled = [d for d in reader.dims if mentions(value, d)]
+    for stmt in tile_prologues(kernel, main):
+        # per tile only what the tile reads (a channel tile's planes): a temporary every
+        # tile reads whole (the channels a 1x1 conv sums) would be made in the first
+        # tile, and the tile loop could no longer run in parallel
+        tensor = kernel.statement[stmt].tensor
+        reads = [ld for ld in loads(reader.expr) if ld.tensor == tensor]
+        if not all(any(depends(ld.index, d) for d in tiled) for ld in reads):
+            continue
+        schedule = attempt(schedule, lambda s, st=stmt: T.compute_at(s, st, tile.name))
         schedule = vectorize_innermost(schedule, stmt, width)
     return schedule
 

@@ -393,6 +393,23 @@ def test_an_activation_a_strided_window_reads_is_made_per_channel_tile() -> None
     check(schedule, inputs_for(k))
 
 
+def test_a_prologue_every_tile_reads_whole_stays_in_its_own_nest() -> None:
+    """A 1x1 conv after a Concat (SqueezeNet's classifier): each tile of output channels
+    sums over all input channels, so the concatenated copy is not made per tile (it would
+    all be made in the first one, and the tile loop could no longer run in parallel)."""
+    w = RNG.standard_normal((64, 32)).astype(np.float32)
+    k = kernel(
+        "T[c, p] = A[c, p] + 0",
+        "Y[m, p] += T[c, p] * W[m, c]",
+        A=(32, 169),
+        W=w,
+    )
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    main = main_statement(k)
+    assert any(lp.annotation == "parallel" for lp in schedule.loops_of(main.name))
+    check(schedule, inputs_for(k))
+
+
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_a_padded_pool_input_is_copied_per_channel_tile_inside_the_parallel_loop(op: str) -> None:
     """The default makes a pool's padded copy for one tile of channels right before the
