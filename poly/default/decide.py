@@ -29,6 +29,7 @@ from polytile.poly.default.rules import (
 from polytile.poly.default.sketch import INLINE, OUTER_TILES, Decisions, Sketch
 from polytile.poly.default.steps import default_inlines, depends, narrow_vector, pack_weights
 from polytile.poly.ir.expr import loads
+from polytile.poly.ir.kernel import mentions
 from polytile.poly.ir.schedule import initial_schedule
 
 #: the shortest row vectorized as one (masked) vector
@@ -119,7 +120,10 @@ def _matrix_product(sketch: Sketch) -> dict[str, Any]:
         block = window_block(main, spatial, reduce, sketch.dim_of, sketch.extent, rows)
     split = extent >= 2 * width
     # a row no longer than one vector is that vector, masked past its end
-    whole = masked and not split and MIN_WHOLE_ROW <= extent <= width
+    # (only a row its operands hold contiguously: one along channels, as a global pool
+    # reads them, would gather every lane)
+    contiguous = all(mentions(str(ld.index[-1]), vec_dim) for ld in vec_loads)
+    whole = masked and contiguous and not split and MIN_WHOLE_ROW <= extent <= width
     vec_tiles = -(-extent // factor)
     reduce_extents = [sketch.extent[r] for r in sketch.reduce]
     tiles = cache_tiles(reduce_extents, vec_tiles, config) if split else None

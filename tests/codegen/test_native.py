@@ -193,6 +193,18 @@ def test_a_short_depthwise_row_runs_as_one_masked_vector() -> None:
     check(schedule, inputs_for(k))
 
 
+def test_a_global_pool_over_one_vector_of_channels_is_not_vectorized_along_them() -> None:
+    """A global average pool over 16 channels of 14400 pixels: its channels fill one
+    vector, but the input holds them a plane apart, so they are no masked row (every
+    lane would gather, and the reduction would run on one thread): the pool keeps a
+    parallel loop, and the values match."""
+    k = kernel_from_node(node("GlobalAveragePool", ["x"]), {"x": (1, 16, 60, 60)})
+    schedule = default_schedule(k, DefaultConfig(vector_width=16))
+    annotations = {lp.annotation for n in schedule.loop_names() for lp in [schedule.loop(n)]}
+    assert "parallel" in annotations
+    check(schedule, inputs_for(k))
+
+
 def test_masked_pieces_that_start_apart_keep_their_accumulators_in_memory() -> None:
     """A padded pool's row of 12 as one masked vector of 16: the first tap's piece
     (padding in the domain, at stride 2) starts one column later than the others, so
