@@ -15,9 +15,6 @@ reference), loading the clamped neighbours indirectly.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from fractions import Fraction
 from itertools import product
 
 import numpy as np
@@ -33,223 +30,27 @@ from polytile.poly.lower.base import (
     parens,
     reduction,
 )
-
-#: an affine float64 step of a source coordinate: ('add' | 'sub' | 'mul' | 'div', constant)
-Step = tuple[str, float]
-
-
-@dataclass(frozen=True)
-class _Axis:
-    """How one resized axis maps output positions to source coordinates: either a constant
-    coordinate, or `steps` applied in float64 to the output position (the operations of
-    onnx's reference evaluator, in its order, so that the float results are identical)."""
-
-    size: int  # input length
-    out: int  # output length
-    steps: tuple[Step, ...]
-    constant: float | None = None
-    crop: bool = False  # tf_crop_and_resize: coordinates outside [0, size - 1] extrapolate
-    scale: float = 1.0  # output / input length, as the reference reads it (antialias)
-
-    def coordinates(self) -> np.ndarray:
-        y = np.arange(self.out, dtype=np.float64)
-        if self.constant is not None:
-            return np.full(self.out, self.constant, dtype=np.float64)
-        for op, c in self.steps:
-            y = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](
-                y, np.float64(c)
-            )
-        return y
-
-    def coordinate(self, dim: str) -> Expr:
-        if self.constant is not None:
-            return Const(float(self.constant), "float64")
-        value: Expr = Cast(Iter(dim), "float64")
-        for op, c in self.steps:
-            value = binary(op, value, Const(float(c), "float64"))
-        return value
-
-    def outside(self, coordinate: Expr) -> Expr:
-        """Whether a coordinate extrapolates (tf_crop_and_resize)."""
-        return binary(
-            "or",
-            binary("lt", coordinate, Const(0.0, "float64")),
-            binary("gt", coordinate, Const(float(self.size - 1), "float64")),
-        )
-
-
-def _resize_axes(ctx: LowerContext) -> dict[int, _Axis]:
-    """The resized axes (those the reference evaluator does not skip as identities)."""
-    x, out = ctx.input_type(0), ctx.output_type()
-    rank = x.rank
-    given = ctx.attr("axes")
-    axes = (
-        [int(a) % rank for a in given]  # type: ignore[union-attr]
-        if given is not None
-        else list(range(rank))
-    )
-    coordinates = str(ctx.attr("coordinate_transformation_mode", "half_pixel"))
-    policy = str(ctx.attr("keep_aspect_ratio_policy", "stretch"))
-    scales = ctx.constant(2)
-    if scales is not None and np.asarray(scales).size:
-        factors = {a: float(s) for a, s in zip(axes, np.asarray(scales).reshape(-1), strict=True)}
-    else:
-        sizes = np.asarray(ctx.constant(3)).reshape(-1)
-        factors = {a: int(s) / x.shape[a] for a, s in zip(axes, sizes, strict=True)}
-        if policy != "stretch":
-            pick = min if policy == "not_larger" else max
-            common = float(pick(np.array(list(factors.values()))))
-            factors = dict.fromkeys(axes, common)
-    roi = None
-    if coordinates == "tf_crop_and_resize":
-        roi = np.asarray(ctx.constant(1)).reshape(-1)
-    resized = {}
-    for i, a in enumerate(axes):
-        scale, size, length = factors[a], x.shape[a], out.shape[a]
-        start, stop = (roi[i], roi[len(axes) + i]) if roi is not None else (0.0, 1.0)
-        if (
-            math.isclose(scale, 1.0)
-            and length == size
-            and math.isclose(float(start), 0.0)
-            and math.isclose(float(stop), 1.0)
-        ):
-            continue
-        axis = _coordinate_map(coordinates, scale, size, length, start, stop)
-        resized[a] = replace(axis, scale=scale)
-    return resized
-
-
-def _coordinate_map(
-    mode: str, scale: float, size: int, length: int, start: object, stop: object
-) -> _Axis:
-    width = scale * size  # the reference's (float) output width
-    half = (("add", 0.5), ("div", scale), ("sub", 0.5))
-    if mode == "align_corners":
-        if width == 1:
-            return _Axis(size, length, (), constant=0.0)
-        return _Axis(size, length, (("mul", size - 1), ("div", width - 1)))
-    if mode == "asymmetric":
-        return _Axis(size, length, (("div", scale),))
-    if mode == "pytorch_half_pixel":
-        if width == 1:
-            return _Axis(size, length, (), constant=-0.5)
-        return _Axis(size, length, half)
-    if mode == "half_pixel":
-        return _Axis(size, length, half)
-    if mode == "half_pixel_symmetric":
-        offset = size / 2 * (1 - length / width)
-        steps = (("add", 0.5), ("div", scale), ("add", offset), ("sub", 0.5))
-        return _Axis(size, length, steps)
-    # tf_crop_and_resize; the roi arithmetic happens in the roi's own dtype, as in onnx
-    shift = float(start * (size - 1))  # type: ignore[operator]
-    if width == 1:
-        centre = np.float64((stop - start) * (size - 1) / 2)  # type: ignore[operator]
-        return _Axis(size, length, (), constant=float(centre + shift), crop=True)
-    steps = (("mul", float(stop - start)), ("mul", size - 1), ("div", width - 1), ("add", shift))  # type: ignore[operator]
-    return _Axis(size, length, steps, crop=True)
-
-
-# nearest: source index = clamp(round(coordinate), 0, size - 1) with the mode's rounding
-
-ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-
-
-def _round(coordinates: np.ndarray, rounding: str) -> np.ndarray:
-    """The reference's nearest pick: the coordinate when it is an integer, else its floor
-    or the next index by the mode."""
-    floor = np.floor(coordinates)
-    frac = coordinates - floor
-    up = {
-        "round_prefer_floor": frac > 0.5,
-        "round_prefer_ceil": frac >= 0.5,
-        "floor": np.zeros_like(frac, dtype=bool),
-        "ceil": frac > 0,
-    }[rounding]
-    return floor.astype(np.int64) + up
-
-
-def _round_expr(coordinate: Expr, rounding: str) -> Expr:
-    floor = unary("floor", coordinate)
-    frac = binary("sub", coordinate, floor)
-    index: Expr = Cast(floor, "int64")
-    threshold = {"round_prefer_floor": ("gt", 0.5), "round_prefer_ceil": ("ge", 0.5)}
-    if rounding == "floor":
-        return index
-    op, edge = threshold.get(rounding, ("gt", 0.0))
-    one, zero = Const(1, "int64"), Const(0, "int64")
-    return binary("add", index, select(binary(op, frac, Const(edge, "float64")), one, zero))
-
-
-def _clamp(index: Expr, size: int) -> Expr:
-    index = binary("max", index, Const(0, "int64"))
-    return binary("min", index, Const(size - 1, "int64"))
-
-
-def _fractions(value: float, limit: int | None) -> Fraction:
-    exact = Fraction(value)
-    return exact if limit is None else exact.limit_denominator(limit)
-
-
-def _affine_rounding(axis: _Axis, rounding: str, limit: int | None) -> tuple[int, int, int]:
-    """(A, B, D) with round(coordinate(y)) = floor((A*y + B) / D), the float constants of
-    the coordinate map read as fractions of denominator at most `limit`."""
-    if axis.constant is not None:
-        a, b = Fraction(0), _fractions(axis.constant, limit)
-    else:
-        a, b = Fraction(1), Fraction(0)
-        for op, c in axis.steps:
-            f = _fractions(c, limit)
-            if op == "add":
-                b += f
-            elif op == "sub":
-                b -= f
-            elif op == "mul":
-                a, b = a * f, b * f
-            else:
-                a, b = a / f, b / f
-    den = math.lcm(a.denominator, b.denominator)
-    num_a, num_b = int(a * den), int(b * den)
-    if rounding == "floor":
-        terms = (num_a, num_b, den)
-    elif rounding == "ceil":
-        terms = (num_a, num_b + den - 1, den)
-    elif rounding == "round_prefer_floor":  # ceil(u - 1/2)
-        terms = (2 * num_a, 2 * num_b + den - 1, 2 * den)
-    else:  # round_prefer_ceil: floor(u + 1/2)
-        terms = (2 * num_a, 2 * num_b + den, 2 * den)
-    # floor((g*a*y + b) / (g*d)) = floor((a*y + floor(b/g)) / d) for integer y
-    g = math.gcd(terms[0], terms[2])
-    return terms[0] // g, terms[1] // g, terms[2] // g
-
-
-def _runs(keys: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Maximal runs of equal keys: (key, start, stop)."""
-    runs: list[tuple[str, int, int]] = []
-    for y, key in enumerate(keys):
-        if runs and runs[-1][0] == key:
-            runs[-1] = (key, runs[-1][1], y + 1)
-        else:
-            runs.append((key, y, y + 1))
-    return runs
-
-
-def _interval(dim: str, start: int, stop: int, length: int) -> tuple[str, ...]:
-    where = []
-    if start > 0:
-        where.append(f"{dim} >= {start}")
-    if stop < length:
-        where.append(f"{dim} < {stop}")
-    return tuple(where)
+from polytile.poly.lower.resize_axes import (
+    ROUNDING,
+    Axis,
+    affine_rounding,
+    clamp_index,
+    interval,
+    resize_axes,
+    round_coordinates,
+    round_expr,
+    runs,
+)
 
 
 def _nearest_pieces(
-    axis: _Axis, dim: str, rounding: str
+    axis: Axis, dim: str, rounding: str
 ) -> tuple[list[tuple[tuple[str, ...], str | Expr]], list[tuple[str, ...]]]:
     """The pieces of one axis of a nearest Resize: (constraints, source index) with an
     affine index where a formula reproduces the reference's float picks (an indirect float
     computation otherwise), and the extrapolated intervals of tf_crop_and_resize."""
     coords = axis.coordinates()
-    raw = _round(coords, rounding)
+    raw = round_coordinates(coords, rounding)
     outside = (coords < 0) | (coords > axis.size - 1) if axis.crop else np.zeros(axis.out, bool)
     keys = [
         "ext" if o else "low" if r < 0 else "high" if r > axis.size - 1 else "mid"
@@ -258,8 +59,8 @@ def _nearest_pieces(
     pieces: list[tuple[tuple[str, ...], str | Expr]] = []
     extrapolated = []
     y = np.arange(axis.out, dtype=object)
-    for key, start, stop in _runs(keys):
-        where = _interval(dim, start, stop, axis.out)
+    for key, start, stop in runs(keys):
+        where = interval(dim, start, stop, axis.out)
         if key == "ext":
             extrapolated.append(where)
         elif key == "low":
@@ -270,12 +71,12 @@ def _nearest_pieces(
             pieces.append((where, str(int(raw[start]))))
         else:
             for limit in (16, 256, 4096, 1 << 20, None):
-                a, b, d = _affine_rounding(axis, rounding, limit)
+                a, b, d = affine_rounding(axis, rounding, limit)
                 if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop]):
                     pieces.append((where, floordiv_text(affine_text([(a, dim)], b), d)))
                     break
             else:
-                index = _clamp(_round_expr(axis.coordinate(dim), rounding), axis.size)
+                index = clamp_index(round_expr(axis.coordinate(dim), rounding), axis.size)
                 pieces.append((where, index))
     return pieces, extrapolated
 
@@ -292,7 +93,7 @@ def _resize(ctx: LowerContext) -> list[Statement]:
     extrapolated borders of tf_crop_and_resize are pieces of their own); linear / cubic: a
     weighted sum of the 2 / 4 clamped neighbours per axis, loaded indirectly."""
     mode = str(ctx.attr("mode", "nearest"))
-    resized = _resize_axes(ctx)
+    resized = resize_axes(ctx)
     if mode == "nearest":
         if int(ctx.attr("antialias", 0)):  # type: ignore[arg-type]
             raise ctx.unsupported("antialias=1 with mode 'nearest'")
@@ -308,7 +109,7 @@ def _resize(ctx: LowerContext) -> list[Statement]:
     raise ctx.unsupported(f"mode '{mode}'")
 
 
-def _linear_pieces(axis: _Axis, dim: str) -> list[tuple[tuple[str, ...], str, str]] | None:
+def _linear_pieces(axis: Axis, dim: str) -> list[tuple[tuple[str, ...], str, str]] | None:
     """The pieces of one axis of a linear Resize: (constraints, left and right source
     index), affine where a formula reproduces the reference's float floor of the
     coordinate; the clamped ends are pieces of their own. None when no formula does."""
@@ -316,14 +117,14 @@ def _linear_pieces(axis: _Axis, dim: str) -> list[tuple[tuple[str, ...], str, st
     keys = ["low" if r < 0 else "high" if r >= axis.size - 1 else "mid" for r in raw]
     y = np.arange(axis.out, dtype=object)
     pieces: list[tuple[tuple[str, ...], str, str]] = []
-    for key, start, stop in _runs(keys):
-        where = _interval(dim, start, stop, axis.out)
+    for key, start, stop in runs(keys):
+        where = interval(dim, start, stop, axis.out)
         if key != "mid":
             edge = "0" if key == "low" else str(axis.size - 1)
             pieces.append((where, edge, edge))
             continue
         for limit in (16, 256, 4096, 1 << 20, None):
-            a, b, d = _affine_rounding(axis, "floor", limit)
+            a, b, d = affine_rounding(axis, "floor", limit)
             if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop].astype(int)):
                 left = floordiv_text(affine_text([(a, dim)], b), d)
                 pieces.append((where, left, f"{parens(left)} + 1"))
@@ -333,9 +134,7 @@ def _linear_pieces(axis: _Axis, dim: str) -> list[tuple[tuple[str, ...], str, st
     return pieces
 
 
-def _resize_linear_separable(
-    ctx: LowerContext, resized: dict[int, _Axis]
-) -> list[Statement] | None:
+def _resize_linear_separable(ctx: LowerContext, resized: dict[int, Axis]) -> list[Statement] | None:
     """Linear Resize one axis at a time, the innermost first (as the reference's
     recursion): each pass a float64 temporary T[.., y, ..] = (1 - r(y)) S[.., i(y), ..]
     + r(y) S[.., i(y) + 1, ..] with an affine source index per piece of the axis, so the
@@ -388,7 +187,7 @@ def _resize_linear_separable(
     return statements
 
 
-def _resize_nearest(ctx: LowerContext, resized: dict[int, _Axis]) -> list[Statement]:
+def _resize_nearest(ctx: LowerContext, resized: dict[int, Axis]) -> list[Statement]:
     rounding = str(ctx.attr("nearest_mode", "round_prefer_floor"))
     if rounding not in ROUNDING:
         raise ctx.unsupported(f"nearest_mode '{rounding}'")
@@ -447,7 +246,7 @@ def _round_half_even(value: Expr) -> Expr:
     return select(binary("and", tie, odd), binary("sub", up, c(1)), up)
 
 
-def _resize_interpolate(ctx: LowerContext, resized: dict[int, _Axis], mode: str) -> list[Statement]:
+def _resize_interpolate(ctx: LowerContext, resized: dict[int, Axis], mode: str) -> list[Statement]:
     out = ctx.output_type()
     dims = ctx.dims(out.rank)
     a = float(ctx.attr("cubic_coeff_a", -0.75))  # type: ignore[arg-type]
@@ -486,7 +285,9 @@ def _resize_interpolate(ctx: LowerContext, resized: dict[int, _Axis], mode: str)
             for w in weights[1:]:
                 total = binary("add", total, w)
             weights = [binary("div", w, total) for w in weights]
-        taps[axis] = [(_clamp(p, spec.size), w) for p, w in zip(positions, weights, strict=True)]
+        taps[axis] = [
+            (clamp_index(p, spec.size), w) for p, w in zip(positions, weights, strict=True)
+        ]
     # separable, first resized axis innermost: Σ_tk w_k (... Σ_t0 w_0 X[p0 + t0, ...])
     order = sorted(taps)
 
@@ -555,9 +356,7 @@ def _cubic_antialias(ratio: float, scale: float, a: float) -> np.ndarray:
     return np.array(coeffs) / sum(coeffs)
 
 
-def antialias_taps(
-    axis: _Axis, mode: str, a: float, exclude: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def antialias_taps(axis: Axis, mode: str, a: float, exclude: bool) -> tuple[np.ndarray, np.ndarray]:
     """(first, weights): the window's first source index per output position (int64,
     before clamping) and its weights (float64, (out, taps)), as onnx's reference computes
     them: the ratio is taken from the pixel left of the coordinate (1 at an integer), the
@@ -588,7 +387,7 @@ def antialias_taps(
     return first, weights
 
 
-def _resize_antialias(ctx: LowerContext, resized: dict[int, _Axis], mode: str) -> list[Statement]:
+def _resize_antialias(ctx: LowerContext, resized: dict[int, Axis], mode: str) -> list[Statement]:
     """One sum reduction per resized axis into a float64 temporary:
     T[.., y, ..] = Σ_k weights[y, k] · S[.., clamp(first[y] + k), ..]."""
     x, out = ctx.input_type(0), ctx.output_type()
@@ -609,7 +408,7 @@ def _resize_antialias(ctx: LowerContext, resized: dict[int, _Axis], mode: str) -
         table = ctx.constant_tensor(f"weights_{axis}", weights)
         tap = binary("add", ctx.load_temp(starts, (dims[axis],)), Iter("k", "int64"))
         index: list[str | Expr] = list(dims)
-        index[axis] = _clamp(tap, spec.size)
+        index[axis] = clamp_index(tap, spec.size)
         if source is None:
             value: Expr = Cast(ctx.load(ctx.node.inputs[0], index), "float64")
         else:

@@ -437,7 +437,7 @@ def test_resize_nearest_without_an_affine_formula_computes_the_index(
     same float computation as an indirect load (forced here by rejecting every formula)."""
     from polytile.poly.lower import resize
 
-    monkeypatch.setattr(resize, "_affine_rounding", lambda *args: (0, -1, 1))
+    monkeypatch.setattr(resize, "affine_rounding", lambda *args: (0, -1, 1))
     m, inputs = _resize(
         (1, 1, 5, 6),
         scales=[1, 1, 1.7, 0.6],

@@ -10,7 +10,7 @@ import pytest
 from test_lower_injective import COORDINATES, _resize, check, statements_of
 
 from polytile.poly.ir.expr import Load, walk
-from polytile.poly.lower.resize import _Axis, antialias_taps
+from polytile.poly.lower.resize import Axis, antialias_taps
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
@@ -72,7 +72,7 @@ def test_antialias_uint8_rounds_half_to_even() -> None:
 def test_antialias_taps_cover_the_window(mode: str) -> None:
     """Each output position's weights sum to 1 and its window is centred on the source
     coordinate: the taps with non-zero weight lie within 2 / scale (cubic: 4 / scale)."""
-    axis = _Axis(20, 7, (("add", 0.5), ("div", 0.35), ("sub", 0.5)), scale=0.35)
+    axis = Axis(20, 7, (("add", 0.5), ("div", 0.35), ("sub", 0.5)), scale=0.35)
     first, weights = antialias_taps(axis, mode, -0.75, False)
     np.testing.assert_allclose(weights.sum(axis=1), 1.0)
     reach = (1 if mode == "linear" else 2) / 0.35
