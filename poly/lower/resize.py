@@ -1,15 +1,19 @@
 """Compute definition of Resize, as onnx's reference evaluator computes it (separable,
-float64 source coordinates in the reference's order of operations).
+float64 source coordinates in the reference's order of operations; the axis model is
+`poly.lower.resize_axes`).
 
 nearest: a gather with a piecewise affine index per axis (clamped ends and the
 extrapolated borders of tf_crop_and_resize are pieces of their own), so the domains stay
-exact; linear / cubic: a weighted sum of the 2 / 4 clamped neighbours per axis, loaded
-indirectly. With antialias=1 (linear / cubic) a downsampled axis filters over a window
-widened by 1 / scale: its weights depend on the output position only, so they are
-computed at compile time (as onnx's reference does) into a constant (out, taps) table,
-with the window's first source index per output position, and each resized axis is a sum
-reduction over its taps into a float64 temporary (the first resized axis first, as the
-reference), loading the clamped neighbours indirectly.
+exact; linear: one float64 pass per resized axis, the innermost first, with affine
+source indices per piece (`_resize_linear_separable`), where they reproduce the
+reference's picks; otherwise (cubic, exclude_outside, integer outputs) a weighted sum of
+the 2 / 4 clamped neighbours per axis, loaded indirectly. With antialias=1 (linear /
+cubic) a downsampled axis filters over a window widened by 1 / scale: its weights depend
+on the output position only, so they are computed at compile time (as onnx's reference
+does) into a constant (out, taps) table, with the window's first source index per output
+position, and each resized axis is a sum reduction over its taps into a float64
+temporary (the first resized axis first, as the reference), loading the clamped
+neighbours indirectly.
 """
 
 from __future__ import annotations
