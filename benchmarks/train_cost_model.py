@@ -446,27 +446,33 @@ def curves(args: argparse.Namespace) -> None:
     spec = ",".join(str(t.index) for t in heavy)
     weight = {t.key: t.weight for t in heavy}
     runs: dict = {}
-    for variant, options in CURVES.items():
-        for seed in args.seeds:
-            with tempfile.TemporaryDirectory() as tmp:
-                records = Path(tmp) / "r.jsonl"
-                start = time.perf_counter()
-                tune(path, args.trials, str(records), seed, spec, progress=False, **options)
-                seconds = time.perf_counter() - start
-                best: dict[str, float] = {}
-                curve, stamps = [], []
-                read = RecordFile(records).read()
-                t0 = min((r.timestamp for r in read), default=0.0)
-                for r in read:
-                    if r.ok:
-                        best[r.workload] = min(best.get(r.workload, math.inf), r.latency)
-                    total = sum(weight[k] * v for k, v in best.items())
-                    curve.append(total * 1e3 if len(best) == len(heavy) else None)
-                    stamps.append(r.timestamp - t0)
-                runs[f"{variant}-{seed}"] = {"curve": curve, "seconds": seconds, "at": stamps}
-                _log(f"{variant} seed {seed}: {curve[-1]} ms after {len(curve)} trials, "
-                     f"{seconds:.0f} s")  # fmt: skip
-    write_curves(args.model, spec, runs)
+    deadline = _deadline(args.until) if args.until else math.inf
+    plan = [(v, seed) for seed in args.seeds for v in CURVES]
+    for done, (variant, seed) in enumerate(plan):
+        options = CURVES[variant]
+        budget = (deadline - time.time()) / (len(plan) - done)  # each run its share
+        if budget < 30:
+            break
+        with tempfile.TemporaryDirectory() as tmp:
+            records = Path(tmp) / "r.jsonl"
+            start = time.perf_counter()
+            tune(path, args.trials, str(records), seed, spec, progress=False,
+                 time_budget=budget if budget < math.inf else None, **options)  # fmt: skip
+            seconds = time.perf_counter() - start
+            best: dict[str, float] = {}
+            curve, stamps = [], []
+            read = RecordFile(records).read()
+            t0 = min((r.timestamp for r in read), default=0.0)
+            for r in read:
+                if r.ok:
+                    best[r.workload] = min(best.get(r.workload, math.inf), r.latency)
+                total = sum(weight[k] * v for k, v in best.items())
+                curve.append(total * 1e3 if len(best) == len(heavy) else None)
+                stamps.append(r.timestamp - t0)
+            runs[f"{variant}-{seed}"] = {"curve": curve, "seconds": seconds, "at": stamps}
+            _log(f"{variant} seed {seed}: {curve[-1:]} ms after {len(curve)} trials, "
+                 f"{seconds:.0f} s")  # fmt: skip
+        write_curves(args.model, spec, runs)  # after every run: a deadline keeps the rest
 
 
 def write_curves(model: str, spec: str, runs: dict) -> None:
@@ -477,14 +483,21 @@ def write_curves(model: str, spec: str, runs: dict) -> None:
         f"Tasks {spec} (the heaviest by FLOPs × weight); latency is Σ weight × best of "
         "those tasks, in ms, once each has a measurement.",
         "",
-        "| run | trials | final ms | seconds |",
-        "|---|---|---|---|",
+        "| run | trials | ms after 16 trials | after 32 | final ms | seconds |",
+        "|---|---|---|---|---|---|",
     ]
+
+    def at(curve: list, n: int) -> str:
+        value = curve[min(n, len(curve)) - 1] if curve else None
+        return f"{value:.3f}" if value is not None else "-"
+
     for key, run in runs.items():
-        final = run["curve"][-1]
-        shown = f"{final:.3f}" if final is not None else "-"
-        lines.append(f"| {key} | {len(run['curve'])} | {shown} | {run['seconds']:.0f} |")
-    stem = f"cost_model_curves-{cpu}"
+        c = run["curve"]
+        lines.append(
+            f"| {key} | {len(c)} | {at(c, 16)} | {at(c, 32)} | {at(c, len(c))} | "
+            f"{run['seconds']:.0f} |"
+        )
+    stem = f"cost_model_curves-{model}-{cpu}"
     write_results(RESULTS, stem, runs, lines, meta={"model": model, "tasks": spec})
     try:
         import matplotlib
@@ -535,6 +548,7 @@ def main(argv: list[str] | None = None) -> None:
     v.add_argument("--trials", type=int, default=80)
     v.add_argument("--tasks", type=int, default=3, help="the heaviest tasks tuned")
     v.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
+    v.add_argument("--until", help="UTC deadline HH:MM: the runs share the time left")
     args = parser.parse_args(argv)
     {"collect": collect, "build": build, "evaluate": evaluate, "curves": curves}[args.command](args)
 

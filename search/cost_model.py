@@ -8,6 +8,11 @@
 - `RankModel`: the pairwise ranking formulation (which of two candidates of a task is
   faster), also boosted trees. `benchmarks/tune_bench.py` measures both on held-out
   records (pairwise accuracy, top-k recall).
+- `PretrainedModel` (the tuner's default): the regression fit on measured candidates of
+  the zoos' tasks shipped with polytile (`search/data/cost_model_rows.npz`, made by
+  `benchmarks/train_cost_model.py`) plus the tune's own measurements, refit every round.
+  Rows are shipped rather than a fitted model: a pickle of scikit-learn's trees does not
+  load across its versions, and fitting the rows takes about a second.
 
 Features (one row per candidate; all from the schedule's loop tree and the kernel):
 
