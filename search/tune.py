@@ -501,11 +501,10 @@ def tune(
     is trained: "pretrained" (the default: the shipped rows plus this tune's, see
     `cost_model.PretrainedModel`), "regression", "ranking" or "random".
     `start_from_default=False` makes the evolutionary population start from samples only
-    (an ablation). Validation
-    compiles the model with `compile_model` (`polytile.compile`, which `polytile.tune`
-    passes: the compiler is a later stage than the search). With `early_stopping` N the
-    search ends once the estimated model latency has not improved during N trials
-    (`EarlyStop`); validation still follows."""
+    (an ablation). Validation compiles the model with `compile_model` (`polytile.compile`,
+    which `polytile.tune` passes: the compiler is a later stage than the search). With
+    `early_stopping` N the search ends once the estimated model latency has not improved
+    during N trials (`EarlyStop`); validation still follows."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
     if early_stopping is not None and early_stopping < 1:
