@@ -67,6 +67,12 @@ def _no_records(fp: dict) -> str | None:
     return None
 
 
+def _collected_only(fp: dict) -> str | None:
+    """The cost model's evaluation needs the measured records behind its shipped rows,
+    which only a collection on this host makes (about an hour of measuring)."""
+    return "run train_cost_model.py collect, build and evaluate (about an hour)"
+
+
 def _no_avx512(fp: dict) -> str | None:
     return None if "avx512f" in fp["features"] else "no AVX-512 on this host"
 
@@ -201,6 +207,11 @@ PARTS: tuple[Part, ...] = (
         recorded="tune.json", made_by="tune_bench.py",
     ),
     Part(
+        "cost-model", "the pre-trained cost model's ranking on held-out models (recorded)",
+        _files("cost_model-{cpu}"), recorded="search/data/cost_model_rows.npz",
+        made_by="train_cost_model.py", skip=_collected_only, minutes=0.1,
+    ),
+    Part(
         "fuzz", "random legal schedules of the zoos' kernels against the reference",
         _files("fuzz-{cpu}"), script="fuzz_bench.py", args=("--jobs", "2", "--minutes", "10"),
         quick=("--samples", "10", "--models", "squeezenet"), minutes=11,
@@ -211,6 +222,7 @@ PARTS: tuple[Part, ...] = (
 RETUNE_ONLY = {
     "resnet50_tuned-{cpu}.md": "python benchmarks/resnet50_tune_bench.py (hours)",
     "tune.json": "python benchmarks/tune_bench.py (hours)",
+    "cost_model-{cpu}.md": "python benchmarks/train_cost_model.py collect/build/evaluate (an hour)",
 }
 
 
