@@ -22,7 +22,7 @@ from polytile.poly.ir.kernel import Kernel, Statement
 from polytile.poly.ir.schedule import Schedule
 from polytile.poly.transform.contract import Private
 
-from .ast_facts import calls_of, exact, relative_trips, upper
+from .ast_facts import calls_of, constant_bound, exact, relative_trips, upper
 from .llvm_types import I64, ModuleContext
 from .target import Target
 from .values import address_texts
@@ -123,6 +123,12 @@ class KernelState:
         if trips is not None and trips < lanes:
             wide = 1 << max(trips - 1, 1).bit_length()
             lanes = wide if self.maskable(node) else 1 << max(trips, 1).bit_length() - 1
+        elif trips is None and isinstance(node.init, Int):
+            # a bound such as min(3, n - 16*t): at most that many trips, unmasked
+            bound = upper(node)
+            limit = constant_bound(bound) if bound is not None else None
+            if limit is not None:
+                lanes = min(lanes, 1 << max(limit - node.init.value, 1).bit_length() - 1)
         return lanes if lanes >= 2 else None
 
     def _dtypes(self, node: For) -> set[str]:

@@ -108,10 +108,12 @@ def _matrix_product(sketch: Sketch) -> dict[str, Any]:
     vec_dim = sketch.dim_of[vec]
     extent = sketch.extent[vec]
     vec_loads = [ld for ld in loads(main.expr) if depends(ld.index, vec_dim)]
-    # a row of a box domain may be one masked vector: every tap's piece starts at the
-    # row's start, so all share its register accumulators (a padded domain's edge pieces
-    # start apart, and a masked vector's accumulators would overlap)
-    masked = not sketch.padded
+    # a row of a box domain that its operands hold contiguously may be one masked vector:
+    # every tap's piece starts at the row's start, so all share its register accumulators
+    # (a padded domain's edge pieces start apart, and their masked vectors' accumulators
+    # would overlap; a row along channels, as a global pool reads them, gathers each lane)
+    contiguous = all(mentions(str(ld.index[-1]), vec_dim) for ld in vec_loads)
+    masked = not sketch.padded and contiguous
     width = narrow_vector(extent, sketch.lanes, masked)
     block, rows = register_block(vec_loads, sketch.spatial, sketch.dim_of, sketch.extent, config)
     factor = row_vectors(extent, width, config, rows if block is not None else 0) * width
@@ -120,10 +122,7 @@ def _matrix_product(sketch: Sketch) -> dict[str, Any]:
         block = window_block(main, spatial, reduce, sketch.dim_of, sketch.extent, rows)
     split = extent >= 2 * width
     # a row no longer than one vector is that vector, masked past its end
-    # (only a row its operands hold contiguously: one along channels, as a global pool
-    # reads them, would gather every lane)
-    contiguous = all(mentions(str(ld.index[-1]), vec_dim) for ld in vec_loads)
-    whole = masked and contiguous and not split and MIN_WHOLE_ROW <= extent <= width
+    whole = masked and not split and MIN_WHOLE_ROW <= extent <= width
     vec_tiles = -(-extent // factor)
     reduce_extents = [sketch.extent[r] for r in sketch.reduce]
     tiles = cache_tiles(reduce_extents, vec_tiles, config) if split else None
