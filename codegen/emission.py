@@ -69,6 +69,8 @@ class KernelState:
     along: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
     #: (init statement, reduction loop) → whether the init fills the loop's accumulators
     fills: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: statements → the element types they store and compute in (`vector_lanes`)
+    types: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
 
     @property
     def kernel(self) -> Kernel:
@@ -131,13 +133,18 @@ class KernelState:
                 lanes = min(lanes, 1 << max(limit - node.init.value, 1).bit_length() - 1)
         return lanes if lanes >= 2 else None
 
-    def _dtypes(self, node: For) -> set[str]:
-        dtypes = set()
-        for call in calls_of(node.body) or ():
-            stmt = self.kernel.statement[call.stmt]
-            dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
-            dtypes.update(e.dtype for e in walk(stmt.expr))
-        return dtypes
+    def _dtypes(self, node: For) -> frozenset[str]:
+        """The element types the loop's statements store and compute in (cached: every
+        question about a vector loop asks)."""
+        stmts = tuple(call.stmt for call in calls_of(node.body) or ())
+        if stmts not in self.types:
+            dtypes = set()
+            for name in stmts:
+                stmt = self.kernel.statement[name]
+                dtypes.add(self.kernel.tensors[stmt.tensor].dtype)
+                dtypes.update(e.dtype for e in walk(stmt.expr))
+            self.types[stmts] = frozenset(dtypes)
+        return self.types[stmts]
 
     def maskable(self, node: For) -> bool:
         """Whether the loop's last, partial vector may run masked: its lanes past the

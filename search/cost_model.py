@@ -62,8 +62,7 @@ from polytile.codegen.target import l2_bytes, machine_defaults
 from polytile.errors import TuningError
 from polytile.poly.analysis.footprint import footprints, innermost_strides
 from polytile.poly.default.schedule import main_statement
-from polytile.poly.ir.kernel import mentions
-from polytile.poly.ir.schedule import Schedule
+from polytile.poly.ir.schedule import Schedule, loop_dims
 from polytile.poly.transform import steps as T
 
 Rows = Sequence[Sequence[float]]
@@ -121,8 +120,7 @@ def schedule_features(schedule: Schedule, main: str) -> list[float]:
     seen_reduce = False
     for loop in loops:
         extent = T.loop_extent(schedule, loop.name)
-        value = loop.exprs[main].split("->", 1)[1]
-        is_reduce = any(mentions(value, d) for d in stmt.reduction_dims)
+        is_reduce = bool(loop_dims(loop, main, stmt.reduction_dims))
         if seen_reduce:
             tile *= extent if not is_reduce else 1
             rinner *= extent if is_reduce else 1

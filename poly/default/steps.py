@@ -18,7 +18,7 @@ from polytile.poly.ast.tiles import has_partial_tiles
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import Const, loads
 from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
-from polytile.poly.ir.schedule import Loop, Schedule, statements_below
+from polytile.poly.ir.schedule import Loop, Schedule, loop_dims, statements_below
 from polytile.poly.transform import steps as T
 
 
@@ -138,8 +138,7 @@ def compute_prologue(schedule: Schedule, main: str, width: int) -> Schedule:
         return schedule
     kernel = schedule.kernel
     reader = kernel.statement[main]
-    value = tile.exprs[main].split("->", 1)[1]
-    tiled = [d for d in reader.dims if mentions(value, d)]
+    tiled = loop_dims(tile, main, reader.dims)
     for stmt in tile_prologues(kernel, main):
         # per tile only what the tile reads (a channel tile's planes): a temporary every
         # tile reads whole (the channels a 1x1 conv sums) would be made in the first

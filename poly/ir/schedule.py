@@ -24,7 +24,7 @@ import islpy as isl
 from polytile.errors import IllegalSchedule
 from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.kernel import Kernel, mentions
 
 ANNOTATIONS = ("", "parallel", "vector", "unroll")
 
@@ -191,6 +191,12 @@ def statements_below(node: Node) -> list[str]:
     if isinstance(node, Leaf):
         return [node.stmt]
     return [s for child in node.body for s in statements_below(child)]
+
+
+def loop_dims(loop: Loop, stmt: str, dims: tuple[str, ...]) -> list[str]:
+    """The statement's dims that the loop's value for it moves with (`floor(m/8)`: m)."""
+    value = loop.exprs[stmt].split("->", 1)[1]
+    return [d for d in dims if mentions(value, d)]
 
 
 def identity_expr(stmt: str, dims: tuple[str, ...], dim: str) -> str:

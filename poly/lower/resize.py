@@ -47,6 +47,18 @@ from polytile.poly.lower.resize_axes import (
 )
 
 
+def _affine_pick(axis: Axis, rounding: str, dim: str, picks: np.ndarray, start: int) -> str | None:
+    """An affine floor formula of `dim` giving the reference's integer `picks` of the
+    output positions from `start` on (the coordinate map's constants read as fractions
+    of growing denominators), or None when none does."""
+    y = np.arange(start, start + len(picks), dtype=object)
+    for limit in (16, 256, 4096, 1 << 20, None):
+        a, b, d = affine_rounding(axis, rounding, limit)
+        if np.array_equal((a * y + b) // d, picks):
+            return floordiv_text(affine_text([(a, dim)], b), d)
+    return None
+
+
 def _nearest_pieces(
     axis: Axis, dim: str, rounding: str
 ) -> tuple[list[tuple[tuple[str, ...], str | Expr]], list[tuple[str, ...]]]:
@@ -62,7 +74,6 @@ def _nearest_pieces(
     ]
     pieces: list[tuple[tuple[str, ...], str | Expr]] = []
     extrapolated = []
-    y = np.arange(axis.out, dtype=object)
     for key, start, stop in runs(keys):
         where = interval(dim, start, stop, axis.out)
         if key == "ext":
@@ -74,14 +85,10 @@ def _nearest_pieces(
         elif len(set(raw[start:stop].tolist())) == 1:
             pieces.append((where, str(int(raw[start]))))
         else:
-            for limit in (16, 256, 4096, 1 << 20, None):
-                a, b, d = affine_rounding(axis, rounding, limit)
-                if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop]):
-                    pieces.append((where, floordiv_text(affine_text([(a, dim)], b), d)))
-                    break
-            else:
-                index = clamp_index(round_expr(axis.coordinate(dim), rounding), axis.size)
-                pieces.append((where, index))
+            found = _affine_pick(axis, rounding, dim, raw[start:stop], start)
+            if found is None:
+                found = clamp_index(round_expr(axis.coordinate(dim), rounding), axis.size)
+            pieces.append((where, found))
     return pieces, extrapolated
 
 
@@ -119,7 +126,6 @@ def _linear_pieces(axis: Axis, dim: str) -> list[tuple[tuple[str, ...], str, str
     coordinate; the clamped ends are pieces of their own. None when no formula does."""
     raw = np.floor(axis.coordinates())
     keys = ["low" if r < 0 else "high" if r >= axis.size - 1 else "mid" for r in raw]
-    y = np.arange(axis.out, dtype=object)
     pieces: list[tuple[tuple[str, ...], str, str]] = []
     for key, start, stop in runs(keys):
         where = interval(dim, start, stop, axis.out)
@@ -127,14 +133,10 @@ def _linear_pieces(axis: Axis, dim: str) -> list[tuple[tuple[str, ...], str, str
             edge = "0" if key == "low" else str(axis.size - 1)
             pieces.append((where, edge, edge))
             continue
-        for limit in (16, 256, 4096, 1 << 20, None):
-            a, b, d = affine_rounding(axis, "floor", limit)
-            if np.array_equal((a * y[start:stop] + b) // d, raw[start:stop].astype(int)):
-                left = floordiv_text(affine_text([(a, dim)], b), d)
-                pieces.append((where, left, f"{parens(left)} + 1"))
-                break
-        else:
+        left = _affine_pick(axis, "floor", dim, raw[start:stop].astype(int), start)
+        if left is None:
             return None
+        pieces.append((where, left, f"{parens(left)} + 1"))
     return pieces
 
 
