@@ -32,6 +32,18 @@ class ShapeError(PolytileError):
     """Shapes are dynamic, inconsistent or cannot be inferred statically."""
 
 
+class SymbolicShapeError(ShapeError):
+    """A shape depends on symbolic sizes (batch, seq) in a way polytile cannot decide for
+    every size (is seq == 1?) or cannot express (a division by seq). `dims` names the
+    sizes involved and `node` the node at fault when known: the place where a caller may
+    fall back to a specialization at concrete sizes."""
+
+    def __init__(self, message: str, dims: tuple[str, ...] = (), node: str = "") -> None:
+        super().__init__(message)
+        self.dims = dims
+        self.node = node
+
+
 class InputError(PolytileError):
     """An argument given by the caller (input shapes, feeds, options) is wrong."""
 

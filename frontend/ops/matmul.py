@@ -182,9 +182,13 @@ def _broadcast_dims(
     """Numpy broadcasting of two shapes; the error says `what` did not broadcast."""
     rank = max(len(a), len(b))
     pa, pb = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
-    if any(x != y and 1 not in (x, y) for x, y in zip(pa, pb, strict=True)):
-        raise ctx.error(f"{what} do not broadcast")
-    return tuple(y if x == 1 else x for x, y in zip(pa, pb, strict=True))
+    out = []
+    for x, y in zip(pa, pb, strict=True):
+        dims = {x, y} - {1}  # by hash: a symbolic size broadcasts with 1 undecided
+        if len(dims) > 1:
+            raise ctx.error(f"{what} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
 
 
 def _einsum_evaluate(ctx: InferContext, xs: Sequence[np.ndarray]) -> tuple[np.ndarray]:
