@@ -103,12 +103,18 @@ class Param:
         return self.name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FloorDiv:
     """floor(num / den): `num` reduced modulo `den` and sharing no factor with it."""
 
     num: Dim
     den: int
+
+    def __eq__(self, other: object) -> bool:  # structural: atoms are compared as terms
+        return isinstance(other, FloorDiv) and self.den == other.den and same(self.num, other.num)
+
+    def __hash__(self) -> int:
+        return hash((self.den, self.num))
 
     @property
     def key(self) -> tuple:
@@ -347,6 +353,15 @@ def _terms(value: DimLike) -> tuple[tuple[Monomial, int], ...]:
     return (((), int(value)),) if value else ()
 
 
+def _absorbable(expr: Dim) -> FloorDiv | None:
+    """A floor division x//a appearing in `expr` only as a term of coefficient 1."""
+    for mono, c in expr.terms:
+        atom = mono[0] if len(mono) == 1 and c == 1 else None
+        if isinstance(atom, FloorDiv) and sum(atom in m for m, _ in expr.terms) == 1:
+            return atom
+    return None
+
+
 def _floordiv(expr: DimLike, den: int) -> DimLike:
     """floor(expr / den), den > 0, in canonical form."""
     if isinstance(expr, int):
@@ -354,23 +369,22 @@ def _floordiv(expr: DimLike, den: int) -> DimLike:
     if den == 1:
         return expr
     quotient: dict[Monomial, int] = {}
-    rest: dict[Monomial, int] = {}
+    remainder: dict[Monomial, int] = {}
     for mono, c in expr.terms:
-        quotient[mono], rest[mono] = divmod(c, den)
-    q = Dim._make(quotient)
-    r = Dim._make(rest)
+        quotient[mono], remainder[mono] = divmod(c, den)
+    q, r = Dim._make(quotient), Dim._make(remainder)
     if isinstance(r, int):  # 0 <= r < den
         return q
-    (mono, c), *others = r.terms
-    if not others and c == 1 and len(mono) == 1 and isinstance(mono[0], FloorDiv):
-        inner = mono[0]
-        return q + _floordiv(inner.num, inner.den * den)  # (x//a)//b == x//(a*b)
-    g = math.gcd(den, *(c for _, c in r.terms))
-    if g > 1:
-        r = Dim._make({m: c // g for m, c in r.terms})
-        den //= g
-        if den == 1:
-            return q + r
+    inner = _absorbable(r)
+    if inner is not None:  # (p + x//a)//b == (a*p + x)//(a*b) for an integer p
+        return q + _floordiv(inner.den * (r - _atom_dim(inner)) + inner.num, inner.den * den)
+    # (g*y + k)//(g*d) == (y + k//g)//d for integers y: divide out the gcd g of den and
+    # the non-constant coefficients
+    k = dict(r.terms).get((), 0)
+    g = math.gcd(den, *(c for m, c in r.terms if m))
+    r, den = Dim._make({m: c // g for m, c in r.terms if m}) + k // g, den // g
+    if den == 1 or (g > 1 and _absorbable(r) is not None):  # type: ignore[arg-type]
+        return q + _floordiv(r, den)
     assert isinstance(r, Dim)
     return q + _atom_dim(FloorDiv(r, den))
 

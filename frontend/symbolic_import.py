@@ -288,7 +288,8 @@ class _SymbolicImporter(_Importer):
                 self.values[out] = readonly(value.astype(t.dtype, copy=False))
 
     def _check_declared_outputs(self) -> None:
-        """Declared static output sizes must agree with inference for every size."""
+        """Declared static output sizes must agree with static inferred ones (a size the
+        caller made symbolic may differ from what the exporter wrote)."""
         for value in self.model.graph.output:
             if value.name not in self.types:
                 raise ShapeError(f"output '{value.name}' of model '{self.name}' is never produced")
@@ -298,7 +299,8 @@ class _SymbolicImporter(_Importer):
             inferred = self.types[value.name].shape
             declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
             if len(declared) != len(inferred) or any(
-                d is not None and d != s for d, s in zip(declared, inferred, strict=False)
+                d is not None and not isinstance(s, Dim) and d != s
+                for d, s in zip(declared, inferred, strict=False)
             ):
                 raise ShapeError(
                     f"output '{value.name}' of model '{self.name}' is declared with shape "

@@ -23,6 +23,8 @@ _LAZY = {
     "InferenceSession": ("polytile.session", "InferenceSession"),
     "SessionOptions": ("polytile.session", "SessionOptions"),
     "tune": ("polytile.tuning", "tune"),
+    "symbolic_shapes": ("polytile.frontend.symbolic_import", "symbolic_shapes"),
+    "import_symbolic": ("polytile.frontend.symbolic_import", "import_symbolic"),
 }
 
 __all__ = [
@@ -35,9 +37,11 @@ __all__ = [
     "compile",
     "default_schedule",
     "explain",
+    "import_symbolic",
     "kernel",
     "kernel_from_node",
     "load",
+    "symbolic_shapes",
     "tune",
 ]
 

@@ -1,0 +1,268 @@
+"""Symbolic shape inference (`frontend/symbolic_import.py`) against onnxruntime: the
+inferred shape of every tensor (graph outputs and every intermediate, exposed as extra
+outputs) and every folded shape value, evaluated at concrete sizes, equal what
+onnxruntime computes at those sizes; for the zoo's symbolic models and for small graphs of
+each folded shape op."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polytile
+from polytile import zoo
+from polytile.errors import ShapeError, SymbolicShapeError
+from polytile.frontend import import_model
+from polytile.frontend.symbolic import Dim, evaluate_shape, same
+from polytile.frontend.symbolic_import import SymbolicModel, import_symbolic
+
+from graphs import model
+
+I64 = TensorProto.INT64
+
+
+def _with_every_output(m: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """A copy of the model whose outputs include every named intermediate tensor."""
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in have)
+    return m
+
+
+def check_against_ort(
+    m: onnx.ModelProto,
+    sym: SymbolicModel,
+    sizes: Sequence[Mapping[str, int]],
+) -> int:
+    """Every node output of the original model: inferred shape (and folded value) at each
+    assignment of sizes equals onnxruntime's. Returns how many tensors were compared."""
+    names = [o for n in m.graph.node for o in n.output if o and o in sym.graph.types]
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        _with_every_output(m, names).SerializeToString(), options, ["CPUExecutionProvider"]
+    )
+    outputs = [o.name for o in session.get_outputs()]
+    shapes = sym.shapes()
+    for env in sizes:
+        feeds = zoo.random_inputs(m, 0, dims=dict(env))
+        for name, got in zip(outputs, session.run(None, feeds), strict=True):
+            assert evaluate_shape(shapes[name], env) == got.shape, (name, shapes[name], env)
+            if name in sym.values:
+                folded = [
+                    d.evaluate(env) if isinstance(d, Dim) else d for d in sym.values[name].flat
+                ]
+                assert folded == got.reshape(-1).tolist(), (name, sym.values[name], env)
+    return len(outputs)
+
+
+# --- the zoo's symbolic models -----------------------------------------------------------
+
+ZOO = {
+    # BERT slices its 512 position ids by seq: it is defined for seq <= 512 only
+    "bert_small__dyn": ({"seq": (1, 512)}, [(1, 1), (2, 7), (4, 64)]),
+    "gpt2_2l__dyn": ({}, [(1, 16), (2, 7)]),
+    "llama_small__dyn": ({}, [(1, 7), (4, 16)]),
+    "resnet34__dyn": ({}, [(1,), (2,)]),
+}
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_symbolic_models_match_onnxruntime(name: str) -> None:
+    bounds, grid = ZOO[name]
+    m = zoo.build(name)
+    sym = import_symbolic(m, bounds=bounds)
+    assert sym.params == zoo.model_info(name).symbolic
+    sizes = [dict(zip(sym.params, point, strict=True)) for point in grid]
+    assert check_against_ort(m, sym, sizes) > 100
+    (output,) = sym.graph.outputs
+    assert isinstance(sym.graph.types[output].shape[0], Dim)  # batch stays symbolic
+
+
+def test_bert_without_bounds_names_the_slice_and_the_bound_it_needs() -> None:
+    with pytest.raises(SymbolicShapeError, match=r"Slice.*seq': \(1, 512\)") as info:
+        import_symbolic(zoo.build("bert_small__dyn"))
+    assert info.value.dims == ("seq",) and "Slice" in info.value.node
+
+
+# --- small graphs, one per folded shape op -----------------------------------------------
+
+BATCH_SEQ = [{"batch": 1, "seq": 1}, {"batch": 2, "seq": 7}, {"batch": 3, "seq": 16}]
+
+
+def _const(name: str, values: Sequence[int]) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+    return helper.make_node("Constant", [], [name], value=tensor)
+
+
+def _seq_of(x: str, out: str) -> list[onnx.NodeProto]:
+    """out = [size of x's axis 1] (Shape → Gather → Unsqueeze)."""
+    return [
+        helper.make_node("Shape", [x], [f"{out}_shape"]),
+        _const(f"{out}_one", [1]),
+        helper.make_node("Gather", [f"{out}_shape", f"{out}_one"], [out], axis=0),
+    ]
+
+
+def _check(
+    m: onnx.ModelProto,
+    sizes: Sequence[Mapping[str, int]] = BATCH_SEQ,
+    bounds: Mapping[str, tuple[int, int]] | None = None,
+) -> SymbolicModel:
+    sym = import_symbolic(m, bounds=bounds)
+    check_against_ort(m, sym, sizes)
+    return sym
+
+
+def test_reshape_with_zero_and_minus_one() -> None:
+    nodes = [
+        _const("s1", [0, -1, 2, 4]),
+        helper.make_node("Reshape", ["x", "s1"], ["r1"]),  # [batch, seq, 2, 4]
+        _const("s2", [-1, 8]),
+        helper.make_node("Reshape", ["x", "s2"], ["r2"]),  # [batch*seq, 8]
+        _const("s3", [0, -1]),
+        helper.make_node("Reshape", ["r1", "s3"], ["r3"]),  # [batch, seq*8]
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Reshape", ["r3", "xs"], ["y"]),  # back to x's shape
+    ]
+    m = model(nodes, {"x": ["batch", "seq", 8]}, {"y": None})
+    sym = _check(m)
+    b, s = Dim.param("batch"), Dim.param("seq")
+    shapes = sym.shapes()
+    assert same(shapes["r2"][0], b * s) and same(shapes["r3"][1], s * 8)
+    assert shapes["y"] == sym.shapes()["x"]
+
+
+def test_concat_of_shape_slices_and_arithmetic() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["head"], start=0, end=1),  # [batch]
+        helper.make_node("Shape", ["x"], ["tail"], start=-2),  # [seq, 8]
+        _const("two", [2]),
+        helper.make_node("Mul", ["tail", "two"], ["tail2"]),  # [2*seq, 16]
+        helper.make_node("Div", ["tail2", "two"], ["tail1"]),  # [seq, 8]
+        helper.make_node("Concat", ["head", "tail1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+        helper.make_node("ReduceProd", ["target"], ["count"], keepdims=1),
+        helper.make_node("Reshape", ["x", "count"], ["flat"]),  # [batch*seq*8]
+    ]
+    m = model(nodes, {"x": ["batch", "seq", 8]}, {"y": None, "flat": None})
+    sym = _check(m)
+    assert same(sym.shapes()["flat"][0], Dim.param("batch") * Dim.param("seq") * 8)
+    assert list(sym.values["target"]) == list(sym.shapes()["x"])
+
+
+def test_expand_to_a_symbolic_shape() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Expand", ["bias", "xs"], ["y"]),  # [1, 1, 8] -> x's shape
+        _const("minus", [-1]),
+        helper.make_node("Equal", ["xs", "minus"], ["is_minus"]),  # HF's Where(Equal) guard
+        _const("ones", [1, 1, 1]),
+        helper.make_node("Where", ["is_minus", "ones", "xs"], ["guarded"]),
+        helper.make_node("Expand", ["bias", "guarded"], ["z"]),
+        helper.make_node("Add", ["y", "z"], ["w"]),
+    ]
+    bias = {"bias": np.ones((1, 1, 8), np.float32)}
+    m = model(nodes, {"x": ["batch", "seq", 8]}, {"w": None}, initializers=bias)
+    assert _check(m).shapes()["w"] == _check(m).shapes()["x"]
+
+
+def test_range_constant_of_shape_and_slice_by_a_size() -> None:
+    nodes = [
+        *_seq_of("x", "n"),  # [seq]
+        _const("axis0", [0]),
+        helper.make_node("Squeeze", ["n", "axis0"], ["n0"]),
+        _const("zero", 0),
+        _const("one", 1),
+        _const("two", 2),
+        helper.make_node("Range", ["zero", "n0", "one"], ["positions"]),  # [seq]
+        helper.make_node("Mul", ["n0", "two"], ["n2"]),
+        helper.make_node("Range", ["n0", "n2", "two"], ["odd"]),  # [(seq + 1)//2]
+        helper.make_node("Shape", ["x"], ["xs"], end=2),
+        helper.make_node("ConstantOfShape", ["xs"], ["mask"]),  # [batch, seq]
+        _const("start", [0]),
+        helper.make_node("Slice", ["table", "start", "n"], ["rows"]),  # table[:seq]
+    ]
+    table = {"table": np.ones((16, 8), np.float32)}
+    outs = {"positions": None, "odd": None, "mask": None, "rows": None}
+    m = model(nodes, {"x": ["batch", "seq", 8]}, outs, initializers=table)
+    sym = _check(m, bounds={"seq": (1, 16)})
+    s = Dim.param("seq")
+    assert same(sym.shapes()["odd"][0], (s + 1) // 2)
+    assert same(sym.shapes()["rows"][0], s)
+    with pytest.raises(SymbolicShapeError, match=r"Slice.*'seq': \(1, 16\)"):
+        import_symbolic(m)  # table[:seq] is min(seq, 16) rows: undecided without bounds
+
+
+def test_conv_and_pool_over_symbolic_image_sizes() -> None:
+    w = np.ones((4, 3, 3, 3), np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("AveragePool", ["x"], ["z"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    m = model(nodes, {"x": ["n", 3, "h", "w"]}, {"y": None, "z": None}, initializers={"w": w})
+    sizes = [{"n": 1, "h": h, "w": v} for h, v in [(7, 7), (8, 13), (20, 9)]]
+    sym = import_symbolic(m, bounds={"h": (7, 64), "w": (7, 64)})
+    check_against_ort(m, sym, sizes)
+    h = Dim.param("h")
+    assert same(sym.shapes()["c"][2], (h - 1) // 2 + 1)
+
+
+def test_user_named_sizes_and_the_public_entry_point() -> None:
+    nodes = [_const("s", [0, -1]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, {"x": [2, 5, 8]}, {"y": [2, 40]})
+    shapes = polytile.symbolic_shapes(m, input_shapes={"x": ("b", "t", 8)})
+    assert str(shapes["y"][1]) == "8*t" and str(shapes["y"][0]) == "b"
+    sym = import_symbolic(m, input_shapes={"x": ("b", "t", 8)})
+    assert sym.evaluate({"b": 3, "t": 4})["y"] == (3, 32)
+
+
+def test_static_models_are_imported_exactly_as_before() -> None:
+    m = zoo.build("mlp")
+    assert import_symbolic(m).graph.types == import_model(m).types
+    nodes = [_const("s", [0, -1]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, {"x": ["batch", 5, 8]}, {"y": None})
+    given = {"x": (3, 5, 8)}
+    static = import_model(m, input_shapes=given)
+    assert import_symbolic(m, input_shapes=given).graph.types == static.types
+
+
+# --- what cannot be decided or expressed names the node --------------------------------
+
+
+def test_squeeze_of_a_size_that_may_be_one_is_refused() -> None:
+    m = model([helper.make_node("Squeeze", ["x"], ["y"])], {"x": ["batch", 1, 8]}, {"y": ["b", 8]})
+    with pytest.raises(SymbolicShapeError, match=r"Squeeze.*batch == 1") as info:
+        import_symbolic(m)
+    assert info.value.dims == ("batch",)
+    assert import_symbolic(m, bounds={"batch": (2, 64)}).shapes()["y"][1] == 8
+
+
+def test_reshape_into_pairs_of_an_odd_count_is_refused() -> None:
+    nodes = [_const("s", [-1, 2]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, {"x": ["batch", "seq"]}, {"y": None})
+    with pytest.raises(SymbolicShapeError, match="Reshape") as info:
+        import_symbolic(m)
+    assert info.value.node and set(info.value.dims) == {"batch", "seq"}
+
+
+def test_an_op_needing_a_static_value_names_node_and_op() -> None:
+    nodes = [*_seq_of("x", "k"), helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)]
+    m = model(nodes, {"x": [2, "seq"]}, {"v": None, "i": None})
+    with pytest.raises(SymbolicShapeError, match=r"TopK.*symbolic value"):
+        import_symbolic(m)
+
+
+def test_sizes_that_may_differ_do_not_broadcast() -> None:
+    m = model(
+        [helper.make_node("Add", ["x", "y"], ["z"])], {"x": ["seq"], "y": ["batch"]}, {"z": None}
+    )
+    with pytest.raises(ShapeError, match="Add"):
+        import_symbolic(m)
