@@ -192,6 +192,14 @@ class _SymbolicImporter(_Importer):
         return tuple(shape)
 
     # --- inference ---------------------------------------------------------------------
+    def _canonicalize(self, node: Node, node_names: set[str]) -> tuple[Node, ...]:
+        try:
+            return super()._canonicalize(node, node_names)
+        except SymbolicShapeError as exc:
+            if exc.node:
+                raise
+            raise _at_node(exc, self._context(node)) from exc
+
     def _full_values(self, node: Node) -> list[np.ndarray | None]:
         return [
             (self.values.get(i) if i in self.values else self.symbolic.get(i)) if i else None
@@ -213,9 +221,13 @@ class _SymbolicImporter(_Importer):
         try:
             out_types = self._out_types(ctx)
         except SymbolicShapeError as exc:
-            raise SymbolicShapeError(
-                f"{ctx.where()}: {exc}", exc.dims or _dims_of(ctx), node.name
-            ) from exc
+            raise _at_node(exc, ctx) from exc
+        except ShapeError as exc:
+            if not symbolic_types:
+                raise
+            # shapes that disagree for some sizes only ([seq] + [batch]): still an error
+            # that depends on the sizes
+            raise SymbolicShapeError(str(exc), _dims_of(ctx), node.name) from exc
         except PolytileError:
             raise
         except (ValueError, TypeError, IndexError, KeyError, ArithmeticError) as exc:
@@ -306,6 +318,11 @@ class _SymbolicImporter(_Importer):
                     f"output '{value.name}' of model '{self.name}' is declared with shape "
                     f"{declared} but has shape {list(inferred)}"
                 )
+
+
+def _at_node(exc: SymbolicShapeError, ctx: InferContext) -> SymbolicShapeError:
+    """The error with the node (name, op and model) it happened at."""
+    return SymbolicShapeError(f"{ctx.where()}: {exc}", exc.dims or _dims_of(ctx), ctx.node.name)
 
 
 def _dims_of(ctx: InferContext) -> tuple[str, ...]:

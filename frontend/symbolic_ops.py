@@ -53,11 +53,18 @@ class SymbolicContext(InferContext):
             raise self.error(f"the {what} must be an integer tensor, got {value.dtype}")
         return tuple(v if isinstance(v, Dim) else int(v) for v in value.reshape(-1))
 
-    def with_values(self, values: dict[int, np.ndarray]) -> InferContext:
-        """The plain context with some inputs' values replaced (placeholders for the
-        registry's checks of attributes and dtypes)."""
+    def with_values(self, values: dict[int, np.ndarray | None]) -> SymbolicContext:
+        """The context with some inputs' values replaced (placeholders for the registry's
+        checks of attributes and dtypes)."""
         merged = [values.get(i, v) for i, v in enumerate(self.values)]
-        return InferContext(self.node, self.input_types, merged, self.opset, self.model)
+        base = InferContext(self.node, self.input_types, merged, self.opset, self.model)
+        return SymbolicContext(base, self.full)
+
+    def with_types(self, types: dict[int, TensorType]) -> SymbolicContext:
+        """The context with some inputs' types replaced (static placeholders)."""
+        merged = [types.get(i, t) for i, t in enumerate(self.input_types)]
+        base = InferContext(self.node, merged, self.values, self.opset, self.model)
+        return SymbolicContext(base, self.full)
 
 
 def has_dim(values: object) -> bool:
@@ -225,6 +232,58 @@ def slice_plan(ctx: SymbolicContext) -> tuple[tuple[DimLike, ...], tuple[slice, 
 @_type_rule("Slice")
 def _slice(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     return (TensorType(slice_plan(ctx)[0], ctx.dtype(0)),)
+
+
+@_type_rule("Gather")
+def _gather(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """The registry's rule, but constant indices into a symbolic axis are checked by
+    decided comparisons (-n <= i < n for every n in bounds)."""
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr_int("axis", 0), len(shape)) if shape else 0
+    if not shape or is_static(shape[axis]):
+        return OPS["Gather"].infer(ctx)
+    size = shape[axis]
+    indices = ctx.value(1)
+    for index in () if indices is None else np.asarray(indices).reshape(-1).tolist():
+        if not -size <= index < size:
+            raise ctx.error(f"index {index} is out of range for axis {axis} of size {size}")
+    placeholder = np.zeros(np.shape(indices), dtype=np.int64) if indices is not None else None
+    static = ctx.with_types({0: TensorType((*shape[:axis], 1, *shape[axis + 1 :]), ctx.dtype(0))})
+    (out,) = OPS["Gather"].infer(static.with_values({1: placeholder}))
+    return (TensorType(shape[:axis] + ctx.shape(1) + shape[axis + 1 :], out.dtype),)
+
+
+@_type_rule("Resize")
+def _resize(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """Symbolic sizes (input 3) or integer scales of a symbolic axis; the attributes are
+    checked by the registry's rule on placeholder values."""
+    shape = ctx.shape(0)
+    axes = ctx.attr_ints("axes")
+    axes = tuple(a % len(shape) for a in axes) if axes is not None else tuple(range(len(shape)))
+    out = list(shape)
+    if ctx.has_input(3) and ctx.full_value(3) is not None and ctx.full_value(3).size:
+        sizes = ctx.dims(3, "sizes")
+        if ctx.attr_str("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise SymbolicShapeError("a Resize keeping its aspect ratio needs static sizes")
+        _non_negative(ctx, sizes, "sizes")
+        placeholder = np.ones(len(sizes), dtype=np.int64)
+        static = ctx.with_types({0: TensorType((1,) * len(shape), ctx.dtype(0))})
+        OPS["Resize"].infer(static.with_values({3: placeholder}))
+        for axis, size in zip(axes, sizes, strict=True):
+            out[axis] = size
+        return (TensorType(tuple(out), ctx.dtype(0)),)
+    scales = ctx.value(2)
+    static = ctx.with_types({0: TensorType((1,) * len(shape), ctx.dtype(0))})
+    OPS["Resize"].infer(static)
+    for axis, scale in zip(axes, np.asarray(scales).reshape(-1).tolist(), strict=True):
+        dim = shape[axis]
+        if not isinstance(dim, Dim):
+            out[axis] = math.floor(float(scale) * dim)
+        elif float(scale).is_integer():
+            out[axis] = dim * int(scale)
+        else:
+            raise SymbolicShapeError(f"a scale {scale} of the symbolic size {dim} is not exact")
+    return (TensorType(tuple(out), ctx.dtype(0)),)
 
 
 # --- values ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile
 from polytile import zoo
-from polytile.errors import ShapeError, SymbolicShapeError
+from polytile.errors import SymbolicShapeError
 from polytile.frontend import import_model
 from polytile.frontend.symbolic import Dim, evaluate_shape, same
 from polytile.frontend.symbolic_import import SymbolicModel, import_symbolic
@@ -215,6 +215,32 @@ def test_conv_and_pool_over_symbolic_image_sizes() -> None:
     assert same(sym.shapes()["c"][2], (h - 1) // 2 + 1)
 
 
+def test_gather_from_a_symbolic_axis_and_resize_to_symbolic_sizes() -> None:
+    nodes = [
+        _const("first", 0),
+        helper.make_node("Gather", ["x", "first"], ["cls"], axis=2),  # [n, c, w]
+        _const("last", [-1]),
+        helper.make_node("Gather", ["x", "last"], ["row"], axis=3),  # [n, c, h, 1]
+        helper.make_node("Shape", ["x"], ["nc"], end=2),
+        helper.make_node("Shape", ["y"], ["hw"], start=2),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["up"], mode="linear"),
+        _const_float("scales", [1, 1, 2, 3]),
+        helper.make_node("Resize", ["x", "", "scales"], ["twice"], mode="nearest"),
+    ]
+    ins = {"x": ["n", 2, "h", "w"], "y": ["n", 2, "h2", "w2"]}
+    m = model(nodes, ins, {"cls": None, "row": None, "up": None, "twice": None})
+    sizes = [{"n": 1, "h": 3, "w": 5, "h2": 6, "w2": 4}, {"n": 2, "h": 7, "w": 1, "h2": 2, "w2": 9}]
+    sym = import_symbolic(m)
+    check_against_ort(m, sym, sizes)
+    assert str(sym.shapes()["twice"]) == "(n, 2, 2*h, 3*w)"
+
+
+def _const_float(name: str, values: Sequence[float]) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.asarray(values, dtype=np.float32), name)
+    return helper.make_node("Constant", [], [name], value=tensor)
+
+
 def test_user_named_sizes_and_the_public_entry_point() -> None:
     nodes = [_const("s", [0, -1]), helper.make_node("Reshape", ["x", "s"], ["y"])]
     m = model(nodes, {"x": [2, 5, 8]}, {"y": [2, 40]})
@@ -264,5 +290,6 @@ def test_sizes_that_may_differ_do_not_broadcast() -> None:
     m = model(
         [helper.make_node("Add", ["x", "y"], ["z"])], {"x": ["seq"], "y": ["batch"]}, {"z": None}
     )
-    with pytest.raises(ShapeError, match="Add"):
+    with pytest.raises(SymbolicShapeError, match=r"Add.*do not broadcast") as info:
         import_symbolic(m)
+    assert info.value.dims == ("seq", "batch")
