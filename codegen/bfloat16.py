@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .llvm_types import I32, ModuleContext
+from .llvm_types import I32, ModuleContext, constant
 
 I16 = ir.IntType(16)
 F32 = ir.FloatType()
@@ -27,7 +27,7 @@ def _like(shape_of: ir.Type, element: ir.Type) -> ir.Type:
 
 def _int(ty: ir.Type, value: int) -> ir.Constant:
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [value] * ty.count)
+        return constant(ty, [value] * ty.count)
     return ir.Constant(ty, value)
 
 

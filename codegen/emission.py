@@ -23,6 +23,7 @@ from polytile.poly.ir.schedule import Schedule
 from polytile.poly.transform.contract import Private
 
 from .ast_facts import calls_of, constant_bound, exact, relative_trips, upper
+from .integers import Integers
 from .llvm_types import I64, ModuleContext
 from .target import Target
 from .values import address_texts
@@ -45,6 +46,8 @@ class Emitter(Protocol):
     shift: dict[str, ir.Value]
     #: the loops being emitted, outermost first
     enclosing: list[For]
+    #: index arithmetic (`codegen.integers`)
+    ints: Integers
 
     def int(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value: ...
 

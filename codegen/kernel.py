@@ -57,6 +57,7 @@ from polytile.poly.transform.contract import private_temporaries
 
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, relative_trips, upper
 from .emission import MAX_UNROLL, KernelState, plus
+from .integers import Integers, smax, smin
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .prefetch import Prefetcher
 from .promote import Accumulators, Promotion
@@ -132,10 +133,8 @@ class _Emitter:
         self.shift: dict[str, ir.Value] = dict(shift or {})
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
-        #: integer instructions emitted in the current block, by operation and operands:
-        #: the unrolled calls of a block share their index arithmetic (less IR for LLVM)
-        self._emitted: dict[tuple, tuple[ir.Value, list[ir.Value]]] = {}
-        self._emitted_in: ir.Block | None = None
+        #: index arithmetic, shared within a block by affine form
+        self.ints = Integers(self.b, f"kernel {self.kernel.name}")
         self.prefetcher = Prefetcher(self, state)
         self.accumulators = Accumulators(self, state, self.prefetcher)
 
@@ -380,7 +379,7 @@ class _Emitter:
         inc = node.inc.value  # type: ignore[union-attr]
         span = b.sub(hi, lo)
         count = b.sdiv(b.add(span, ir.Constant(I64, inc - 1)), ir.Constant(I64, inc))
-        count = _smax(b, count, ir.Constant(I64, 0))
+        count = smax(b, count, ir.Constant(I64, 0))
         thread = b.sext(b.call(self.mc.function("omp_get_thread_num", I32, []), []), I64)
         threads = b.sext(b.call(self.mc.function("omp_get_num_threads", I32, []), []), I64)
         run = b.append_basic_block(f"{node.var}.run")
@@ -388,7 +387,7 @@ class _Emitter:
         slots = self.state.slots.get(node.loop)
         if slots is not None:
             # only threads with a slice of every private temporary take iterations
-            threads = _smin(b, threads, ir.Constant(I64, slots))
+            threads = smin(b, threads, ir.Constant(I64, slots))
             b.cbranch(b.icmp_signed("<", thread, threads), run, done)
         else:
             b.branch(run)
@@ -462,138 +461,7 @@ class _Emitter:
 
     # --- integer AST expressions ------------------------------------------------------
     def int(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.b
-        if isinstance(e, Int):
-            return ir.Constant(I64, e.value)
-        if isinstance(e, Var):
-            try:
-                return env[e.name]
-            except KeyError:
-                raise CodegenError(f"kernel {self.kernel.name}: '{e.name}' is unbound") from None
-        op = e.op
-        if op in ("eq", "le", "lt", "ge", "gt", "and", "or"):
-            return b.zext(self.cond(e, env), I64)
-        args = [self.int(a, env) for a in e.args]
-        folded = _folded(op, args)
-        if folded is not None:
-            return folded
-        if self._emitted_in is not b.block:
-            self._emitted, self._emitted_in = {}, b.block
-        # operands by identity (the memo holds them, so no id is reused) or value
-        key = (op, *(_operand_key(a) for a in args))
-        if op == "fdiv_q":
-            key += (e.args[1],)
-        found = self._emitted.get(key)
-        if found is None:
-            found = (self._int_op(op, e, args, env), args)
-            self._emitted[key] = found
-        return found[0]
-
-    def _int_op(
-        self, op: str, e: Op, args: list[ir.Value], env: Mapping[str, ir.Value]
-    ) -> ir.Value:
-        b = self.b
-        if op == "add":
-            return b.add(args[0], args[1], flags=["nsw"])
-        if op == "sub":
-            return b.sub(args[0], args[1], flags=["nsw"])
-        if op == "mul":
-            return b.mul(args[0], args[1], flags=["nsw"])
-        if op == "minus":
-            return b.sub(ir.Constant(I64, 0), args[0], flags=["nsw"])
-        if op == "min":
-            return _fold(args, lambda x, y: _smin(b, x, y))
-        if op == "max":
-            return _fold(args, lambda x, y: _smax(b, x, y))
-        if op == "select":
-            return b.select(self.cond(e.args[0], env), args[1], args[2])
-        if op == "fdiv_q":
-            return _floordiv(b, args[0], args[1], e.args[1])
-        if op in ("div", "pdiv_q"):
-            return b.sdiv(args[0], args[1])
-        if op in ("pdiv_r", "zdiv_r"):
-            return b.srem(args[0], args[1])
-        raise CodegenError(f"kernel {self.kernel.name}: isl AST operator '{op}' is not supported")
+        return self.ints.expr(e, env)
 
     def cond(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value:
-        b = self.b
-        if isinstance(e, Op):
-            compare = {"eq": "==", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}
-            if e.op in compare:
-                return b.icmp_signed(
-                    compare[e.op], self.int(e.args[0], env), self.int(e.args[1], env)
-                )
-            if e.op in ("and", "or"):
-                parts = [self.cond(a, env) for a in e.args]
-                join = b.and_ if e.op == "and" else b.or_
-                return _fold(parts, join)
-        return b.icmp_signed("!=", self.int(e, env), ir.Constant(I64, 0))
-
-
-# --- helpers -----------------------------------------------------------------------------
-def _constant(value: ir.Value) -> int | None:
-    if isinstance(value, ir.Constant) and isinstance(value.constant, int):
-        return value.constant
-    return None
-
-
-def _operand_key(value: ir.Value) -> tuple[str, int]:
-    c = _constant(value)
-    return ("value", id(value)) if c is None else ("constant", c)
-
-
-def _folded(op: str, args: list[ir.Value]) -> ir.Value | None:
-    """An integer operation on constants, or with a neutral or absorbing operand, as its
-    value (None: it must be emitted)."""
-    c = [_constant(a) for a in args]
-    if op == "add":
-        if c[0] is not None and c[1] is not None:
-            return ir.Constant(I64, c[0] + c[1])
-        return args[1] if c[0] == 0 else args[0] if c[1] == 0 else None
-    if op == "sub":
-        if c[0] is not None and c[1] is not None:
-            return ir.Constant(I64, c[0] - c[1])
-        return args[0] if c[1] == 0 else None
-    if op == "mul":
-        if c[0] is not None and c[1] is not None:
-            return ir.Constant(I64, c[0] * c[1])
-        if 0 in (c[0], c[1]):
-            return ir.Constant(I64, 0)
-        return args[1] if c[0] == 1 else args[0] if c[1] == 1 else None
-    if op == "minus" and c[0] is not None:
-        return ir.Constant(I64, -c[0])
-    if op == "fdiv_q" and c[0] is not None and c[1] is not None and c[1] > 0:
-        return ir.Constant(I64, c[0] // c[1])
-    if op in ("min", "max") and all(x is not None for x in c):
-        return ir.Constant(I64, (min if op == "min" else max)(c))  # type: ignore[type-var]
-    return None
-
-
-def _fold(values: list[ir.Value], fn: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
-    result = values[0]
-    for value in values[1:]:
-        result = fn(result, value)
-    return result
-
-
-def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed(">", x, y), x, y)
-
-
-def _floordiv(b: ir.IRBuilder, a: ir.Value, d: ir.Value, d_expr: AstExpr) -> ir.Value:
-    """isl's fdiv_q: the floor of a / d."""
-    if isinstance(d_expr, Int) and d_expr.value > 0:
-        negative = b.icmp_signed("<", a, ir.Constant(I64, 0))
-        adjusted = b.select(negative, b.sub(a, ir.Constant(I64, d_expr.value - 1)), a)
-        return b.sdiv(adjusted, d)
-    q = b.sdiv(a, d)
-    r = b.srem(a, d)
-    inexact = b.icmp_signed("!=", r, ir.Constant(I64, 0))
-    signs = b.xor(
-        b.icmp_signed("<", r, ir.Constant(I64, 0)), b.icmp_signed("<", d, ir.Constant(I64, 0))
-    )
-    return b.sub(q, b.zext(b.and_(inexact, signs), I64))
+        return self.ints.cond(e, env)

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 
 from polytile.errors import CodegenError
@@ -30,6 +33,46 @@ NUM_THREADS = "polytile_num_threads"
 PREFETCH_AT = "polytile_prefetch_at"
 PREFETCH_LINES = "polytile_prefetch_lines"
 PREFETCH_IDLE = "polytile_prefetch_idle"
+
+#: LLVM reads `splat (<element>)` vector constants from version 19 on
+_SPLAT = llvm.llvm_version_info >= (19,)
+
+
+def constant(ty: ir.Type, value: object = None) -> ir.Constant:
+    """A constant of a scalar or vector type. A vector's `value` is its elements or one
+    value for all of them (None: zeros); vector constants are made once and written as
+    `zeroinitializer` or `splat (...)` where they can be, because llvmlite formats a
+    vector literal anew at every use and unrolled code uses the same ones thousands of
+    times."""
+    if not isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, value)
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,) * ty.count
+    return _vector(ty, tuple(map(repr, values)), values)
+
+
+class _Formatted(ir.Constant):
+    """A vector constant with its text worked out once."""
+
+    def __init__(self, ty: ir.VectorType, values: list[object], text: str) -> None:
+        super().__init__(ty, values)
+        self._text = text
+
+    def _get_reference(self) -> str:
+        return self._text
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector(ty: ir.VectorType, reprs: tuple[str, ...], values: tuple[object, ...]) -> ir.Constant:
+    # `reprs` keeps -0.0 apart from 0.0 and True from 1 (equal as Python values)
+    zero = 0.0 if isinstance(ty.element, (ir.HalfType, ir.FloatType, ir.DoubleType)) else 0
+    items = [zero if v is None else v for v in values]
+    if all(v == 0 and math.copysign(1.0, float(v)) > 0 for v in items):  # type: ignore[arg-type]
+        return _Formatted(ty, items, "zeroinitializer")
+    if _SPLAT and len(set(reprs)) == 1:
+        return _Formatted(ty, items, f"splat ({ir.Constant(ty.element, items[0])})")
+    plain = ir.Constant(ty, items)
+    return _Formatted(ty, items, plain.get_reference())
+
 
 BF16 = "bfloat16"
 _FLOATS = {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}

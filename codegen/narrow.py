@@ -19,7 +19,7 @@ from llvmlite import ir
 
 from polytile.frontend.narrow import FLOAT_FORMATS, INT_FORMATS
 
-from .llvm_types import I1, I8, I32, ModuleContext
+from .llvm_types import I1, I8, I32, ModuleContext, constant
 
 F32 = ir.FloatType()
 _QUIET_NAN = 0x7FC00000
@@ -36,7 +36,7 @@ def _c(ty: ir.Type, value: int | float) -> ir.Constant:
     element = ty.element if isinstance(ty, ir.VectorType) else ty
     scalar = int(value) if isinstance(element, ir.IntType) else float(value)
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [scalar] * ty.count)
+        return constant(ty, [scalar] * ty.count)
     return ir.Constant(ty, scalar)
 
 

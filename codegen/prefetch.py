@@ -274,10 +274,10 @@ class Prefetcher:
         size = np.dtype(dtype).itemsize
         shift = self.em.shift.get(tensor)
         if shift is not None:
-            offset = self.em.b.add(offset, shift)
+            offset = self.em.ints.add(offset, shift)
         fn = self.em.mc.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         for line in range(0, nbytes, LINE_BYTES):
-            at = self.em.b.add(offset, ir.Constant(I64, line // size))
+            at = self.em.ints.add(offset, ir.Constant(I64, line // size))
             ptr = self.em.b.gep(self.em.ptrs[tensor], [at], source_etype=memory_type(dtype))
             # a read (0), of data (1)
             self.em.b.call(

@@ -39,7 +39,7 @@ from .ast_facts import (
     vars_of,
 )
 from .emission import Emitter, KernelState, plus
-from .llvm_types import Env, kind, memory_type
+from .llvm_types import Env, constant, kind, memory_type
 from .prefetch import Prefetcher
 from .transpose import columns_to_rows, rows_to_columns
 from .values import Instance, Lanes, address_texts
@@ -386,7 +386,7 @@ class Accumulators:
                 value = inst.splat(inst.load(t.name, t.dtype, text))
             else:  # a further partial sum starts from zero
                 mem = memory_type(t.dtype)
-                value = ir.Constant(ir.VectorType(mem, lanes.count) if lanes else mem, 0.0)
+                value = constant(ir.VectorType(mem, lanes.count) if lanes else mem, 0.0)
         # (goto_block restores the position at the end of a block: no nesting)
         with self.em.b.goto_entry_block():
             cell = self.em.b.alloca(value.type)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from .llvm_types import I1, I32, PTR, ModuleContext, suffix
+from .llvm_types import I1, I32, PTR, ModuleContext, constant, suffix
 
 
 def transpose(b: ir.IRBuilder, vectors: Sequence[ir.Value | None]) -> list[ir.Value]:
@@ -25,7 +25,7 @@ def transpose(b: ir.IRBuilder, vectors: Sequence[ir.Value | None]) -> list[ir.Va
     size = len(vectors)
     assert size & (size - 1) == 0
     vty = next(v.type for v in vectors if v is not None)
-    rows = [v if v is not None else ir.Constant(vty, None) for v in vectors]
+    rows = [v if v is not None else constant(vty, None) for v in vectors]
     step = 1
     while step < size:
         low = [c if not c & step else size + c - step for c in range(size)]
@@ -77,11 +77,11 @@ def _concat(b: ir.IRBuilder, pieces: list[ir.Value]) -> ir.Value:
 
 
 def _shuffle(b: ir.IRBuilder, a: ir.Value, c: ir.Value, picks: list[int]) -> ir.Value:
-    return b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, len(picks)), picks))
+    return b.shuffle_vector(a, c, constant(ir.VectorType(I32, len(picks)), picks))
 
 
 def _mask(size: int, count: int) -> ir.Constant:
-    return ir.Constant(ir.VectorType(I1, size), [j < count for j in range(size)])
+    return constant(ir.VectorType(I1, size), [j < count for j in range(size)])
 
 
 def load_row(

@@ -20,7 +20,7 @@ from polytile.poly.ir.kernel import Statement
 
 from . import bfloat16 as bf16
 from . import narrow as nw
-from .llvm_types import BF16, I1, I8, I32, I64, PTR, kind, memory_type, suffix, value_type
+from .llvm_types import BF16, I1, I8, I32, I64, PTR, constant, kind, memory_type, suffix, value_type
 from .transpose import load_row, store_row
 from .vecmath import vector_call
 
@@ -99,7 +99,7 @@ class Instance:
     def address(self, tensor: str, dtype: str, offset: ir.Value) -> ir.Value:
         shift = self.em.shift.get(tensor)
         if shift is not None:
-            offset = self.b.add(offset, shift, flags=["nsw"])
+            offset = self.em.ints.add(offset, shift)
         return self.b.gep(
             self.em.ptrs[tensor], [offset], inbounds=True, source_etype=memory_type(dtype)
         )
@@ -121,13 +121,13 @@ class Instance:
             value = self.strided_load(tensor, dtype, base, stride)
         else:
             assert self.lanes is not None
-            value = ir.Constant(ir.VectorType(mem, self.lanes.count), None)
+            value = constant(ir.VectorType(mem, self.lanes.count), None)
             for lane in range(self.lanes.used):
-                at = b.add(base, ir.Constant(I64, stride * lane))
+                at = self.em.ints.add(base, ir.Constant(I64, stride * lane))
                 item = b.load(self.address(tensor, dtype, at), typ=mem, align=align)
                 value = b.insert_element(value, item, ir.Constant(I32, lane))
         if kind(dtype) == "b":
-            zero = ir.Constant(value.type, None)
+            zero = constant(value.type, None)
             value = b.icmp_unsigned("!=", value, zero)
         return value
 
@@ -141,7 +141,7 @@ class Instance:
         mem = memory_type(dtype)
         wide = ir.VectorType(mem, stride * count)
         span = stride * (self.lanes.used - 1) + 1
-        mask = ir.Constant(ir.VectorType(I1, wide.count), [j < span for j in range(wide.count)])
+        mask = constant(ir.VectorType(I1, wide.count), [j < span for j in range(wide.count)])
         fn = self.mc.function(
             f"llvm.masked.load.{suffix(wide)}.p0", wide, [PTR, I32, mask.type, wide]
         )
@@ -151,11 +151,11 @@ class Instance:
                 self.address(tensor, dtype, base),
                 ir.Constant(I32, _align(dtype)),
                 mask,
-                ir.Constant(wide, None),
+                constant(wide, None),
             ],
         )
-        picks = ir.Constant(ir.VectorType(I32, count), [stride * lane for lane in range(count)])
-        return b.shuffle_vector(loaded, ir.Constant(wide, None), picks)
+        picks = constant(ir.VectorType(I32, count), [stride * lane for lane in range(count)])
+        return b.shuffle_vector(loaded, constant(wide, None), picks)
 
     def load_rows(
         self, tensor: str, dtype: str, text: str, count: int, width: int
@@ -180,7 +180,7 @@ class Instance:
             store_row(self.mc, self.b, row, address, count, _align(dtype))
 
     def row_address(self, tensor: str, dtype: str, text: str, lane: int) -> ir.Value:
-        at = self.b.add(self.offset(text), ir.Constant(I64, self.stride(text) * lane))
+        at = self.em.ints.add(self.offset(text), ir.Constant(I64, self.stride(text) * lane))
         return self.address(tensor, dtype, at)
 
     def store(self, tensor: str, dtype: str, text: str, value: ir.Value) -> None:
@@ -199,7 +199,7 @@ class Instance:
             store_row(self.mc, b, value, address, self.lanes.used, align)
             return
         for lane in range(self.lanes.used):
-            at = b.add(base, ir.Constant(I64, stride * lane))
+            at = self.em.ints.add(base, ir.Constant(I64, stride * lane))
             item = b.extract_element(value, ir.Constant(I32, lane))
             b.store(item, self.address(tensor, dtype, at), align=align)
 
@@ -210,10 +210,10 @@ class Instance:
         n = self.lanes.count
         vty = ir.VectorType(value.type, n)
         if isinstance(value, ir.Constant) and isinstance(value.constant, (int, float)):
-            return ir.Constant(vty, [value.constant] * n)
-        one = self.b.insert_element(ir.Constant(vty, None), value, ir.Constant(I32, 0))
-        mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
-        return self.b.shuffle_vector(one, ir.Constant(vty, None), mask)
+            return constant(vty, [value.constant] * n)
+        one = self.b.insert_element(constant(vty, None), value, ir.Constant(I32, 0))
+        mask = constant(ir.VectorType(I32, n), [0] * n)
+        return self.b.shuffle_vector(one, constant(vty, None), mask)
 
     def same_shape(self, *values: ir.Value) -> list[ir.Value]:
         if any(isinstance(v.type, ir.VectorType) for v in values):
@@ -234,7 +234,7 @@ class Instance:
             stride = self.stride(e.name)
             if stride != 0:
                 assert self.lanes is not None
-                steps = ir.Constant(
+                steps = constant(
                     ir.VectorType(I64, self.lanes.count),
                     [stride * lane for lane in range(self.lanes.count)],
                 )
@@ -291,7 +291,7 @@ class Instance:
             return bf16.narrow(b, self.float32_for_bf16(value, src))
         ks, kd = kind(src), kind(dst)
         if kd == "b":
-            zero = ir.Constant(value.type, None)
+            zero = constant(value.type, None)
             if ks == "f":
                 return b.fcmp_unordered("!=", value, zero)
             return b.icmp_unsigned("!=", value, zero)
@@ -352,7 +352,7 @@ class Instance:
         if whole is not None:
             return whole
         if isinstance(x.type, ir.VectorType):
-            out = ir.Constant(x.type, None)
+            out = constant(x.type, None)
             for lane in range(x.type.count):
                 item = self.libm(name, b.extract_element(x, ir.Constant(I32, lane)), dtype)
                 out = b.insert_element(out, item, ir.Constant(I32, lane))
@@ -368,7 +368,7 @@ class Instance:
         b = self.b
         k = kind(dtype)
         self.no_bf16_arithmetic(op, dtype)
-        zero = ir.Constant(x.type, None)
+        zero = constant(x.type, None)
         if op == "not" or (op == "bitnot" and k in "iu"):
             return b.not_(x)
         if k == "f":
@@ -526,7 +526,7 @@ class Instance:
     def int_division(self, op: str, a: ir.Value, c: ir.Value, signed: bool) -> ir.Value:
         """C's truncating division / remainder, with x/0 = x%0 = 0 and no overflow trap."""
         b = self.b
-        zero = ir.Constant(c.type, None)
+        zero = constant(c.type, None)
         one = _constant_like(c.type, 1)
         by_zero = b.icmp_unsigned("==", c, zero)
         if signed:
@@ -595,7 +595,7 @@ def _constant_like(ty: ir.Type, value: float | int) -> ir.Constant:
     element = ty.element if isinstance(ty, ir.VectorType) else ty
     scalar = float(value) if not isinstance(element, ir.IntType) else int(value)
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [scalar] * ty.count)
+        return constant(ty, [scalar] * ty.count)
     return ir.Constant(ty, scalar)
 
 
