@@ -6,25 +6,25 @@ here although isl cannot express it affinely), floor division and modulo by posi
 constants stay exact; a value that turns out constant is a plain `int`, so a static shape
 is a tuple of ints exactly as before.
 
-Canonical form: terms merged and sorted, floor divisions reduced (`(2*seq + 3)//2` is
-`seq + 1 + 1//2`, i.e. `seq + 1`; `(x//a)//b` is `x//(a*b)`), `x % c` stored as
-`x - c*(x//c)`. Canonical equality implies equal values for every assignment (the converse
-does not hold: `s//2 + (s+1)//2` and `s` are equal but differently written).
+Canonical form: terms merged and sorted; in a floor division the multiples of the divisor
+are taken out (`(2*seq + 3)//2` is `seq + 1`), common factors divided out, a floor of a
+floor merged (`(seq//2 + 1)//3` is `(seq + 2)//6`); `x % c` is `x - c*(x//c)`. Canonical
+equality implies equal values for every assignment; the converse does not hold
+(`s//2 + (s + 1)//2` equals `s` but is written differently).
 
 Comparisons never guess. `==`, `<`, ... and `bool()` answer only what holds for every
 size within the bounds in force (every parameter is in [1, MAX_DIM], narrowed by
 `assume({"seq": (1, 512)})`); a question whose answer depends on the sizes (is seq == 1?)
 raises `SymbolicShapeError` naming the dimensions. `same(a, b)` is structural equality.
 
-isl: `to_isl` writes the quasi-affine form over isl parameters; see its docstring for how
-products of parameters become derived parameters.
+isl: `symbolic_isl.to_isl` writes the quasi-affine form over isl parameters, products of
+sizes becoming derived parameters.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import keyword
 import math
 import re
@@ -183,7 +183,7 @@ class Dim:
         if other is None:
             return NotImplemented
         coeffs = dict(self.terms)
-        for mono, c in _terms(other):
+        for mono, c in terms_of(other):
             coeffs[mono] = coeffs.get(mono, 0) + c
         return Dim._make(coeffs)
 
@@ -209,7 +209,7 @@ class Dim:
             return NotImplemented
         coeffs: dict[Monomial, int] = {}
         for ma, ca in self.terms:
-            for mb, cb in _terms(other):
+            for mb, cb in terms_of(other):
                 mono = tuple(sorted(ma + mb, key=lambda atom: atom.key))
                 coeffs[mono] = coeffs.get(mono, 0) + ca * cb
         return Dim._make(coeffs)
@@ -230,7 +230,7 @@ class Dim:
         if other <= 0:
             raise SymbolicShapeError(
                 f"{self} // {other}: symbolic sizes divide only by positive constants",
-                _names(self),
+                names_of(self),
             )
         return _floordiv(self, other)
 
@@ -243,14 +243,14 @@ class Dim:
 
     def __rfloordiv__(self, other: object) -> DimLike:
         raise SymbolicShapeError(
-            f"{other} // {self}: a division by a symbolic size is not expressible", _names(self)
+            f"{other} // {self}: a division by a symbolic size is not expressible", names_of(self)
         )
 
     __rmod__ = __rfloordiv__
 
     def __truediv__(self, other: object) -> DimLike:
         raise SymbolicShapeError(
-            f"{self} / {other}: symbolic sizes have no true division (use //)", _names(self)
+            f"{self} / {other}: symbolic sizes have no true division (use //)", names_of(self)
         )
 
     __rtruediv__ = __truediv__
@@ -275,7 +275,7 @@ class Dim:
     def _inexact(self, other: Dim) -> SymbolicShapeError:
         return SymbolicShapeError(
             f"{self} // {other}: only exact divisions by a product of sizes are expressible",
-            _names(self, other),
+            names_of(self, other),
         )
 
     def __abs__(self) -> DimLike:
@@ -288,7 +288,7 @@ class Dim:
 
     def __int__(self) -> int:
         raise SymbolicShapeError(f"the size {self} is symbolic here, a static one is needed",
-                                 _names(self))  # fmt: skip
+                                 names_of(self))  # fmt: skip
 
     __index__ = __int__
 
@@ -312,7 +312,7 @@ class Dim:
     # --- inspection ----------------------------------------------------------------------
     @property
     def params(self) -> frozenset[str]:
-        return frozenset(_names(self))
+        return frozenset(names_of(self))
 
     def evaluate(self, sizes: Mapping[str, int]) -> int:
         """The value under an assignment {name: int} of every parameter it uses."""
@@ -322,9 +322,11 @@ class Dim:
         return int(_fold(self, lambda atom: _atom_value(atom, sizes)))
 
     def __str__(self) -> str:
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and len(self.terms[0][0]) == 1:
+            return str(self.terms[0][0][0])  # one atom: seq, (seq + 1)//2
         text = ""
         for mono, c in sorted(self.terms, key=lambda t: (-len(t[0]), _mono_key(t[0]))):
-            body = "*".join(_atom_text(a) for a in mono)
+            body = "*".join(atom_text(a) for a in mono)
             body = f"{abs(c)}*{body}" if body and abs(c) != 1 else body or str(abs(c))
             text += (" - " if c < 0 else " + ") + body
         return "-" + text[3:] if text.startswith(" -") else text[3:]
@@ -336,7 +338,7 @@ def _atom_dim(atom: Atom) -> Dim:
     return Dim((((atom,), 1),))
 
 
-def _atom_text(atom: Atom) -> str:
+def atom_text(atom: Atom) -> str:
     return f"({atom})" if isinstance(atom, FloorDiv) else str(atom)
 
 
@@ -347,7 +349,7 @@ def _coerce(value: object) -> DimLike | None:
     return int(value) if isinstance(value, np.integer) else None  # type: ignore[arg-type]
 
 
-def _terms(value: DimLike) -> tuple[tuple[Monomial, int], ...]:
+def terms_of(value: DimLike) -> tuple[tuple[Monomial, int], ...]:
     if isinstance(value, Dim):
         return value.terms
     return (((), int(value)),) if value else ()
@@ -408,7 +410,7 @@ def _atom_value(atom: Atom, sizes: Mapping[str, int]) -> int:
     return int(_fold(atom.num, lambda a: _atom_value(a, sizes))) // atom.den  # type: ignore[call-overload]
 
 
-def _names(*values: object) -> tuple[str, ...]:
+def names_of(*values: object) -> tuple[str, ...]:
     """Parameter names used by the values, in first-seen order."""
     found: dict[str, None] = {}
 
@@ -443,49 +445,86 @@ def is_static(value: object) -> bool:
 # --- deciding comparisons ----------------------------------------------------------------
 
 
-def _atom_range(atom: Atom) -> tuple[int, int]:
+Ranges = Mapping[str, tuple[int, int]]  # bounds of the remainders floors introduce
+#: at most this many floor divisions are eliminated to decide one comparison
+_ELIMINATIONS = 8
+
+
+def _atom_range(atom: Atom, extra: Ranges) -> tuple[int, int]:
     if isinstance(atom, Param):
-        return bounds_of(atom.name)
-    lo, hi = value_range(atom.num)
+        return extra.get(atom.name) or bounds_of(atom.name)
+    lo, hi = _bounded(atom.num, extra, 0)
     return lo // atom.den, hi // atom.den
 
 
-def _interval(expr: DimLike) -> tuple[int, int]:
+def _interval(expr: DimLike, extra: Ranges) -> tuple[int, int]:
     """Interval arithmetic (every parameter has finite bounds)."""
     lo = hi = 0
-    for mono, c in _terms(expr):
+    for mono, c in terms_of(expr):
         r = (c, c)
         for atom in mono:
-            products = [x * y for x in r for y in _atom_range(atom)]
+            products = [x * y for x in r for y in _atom_range(atom, extra)]
             r = (min(products), max(products))
         lo, hi = lo + r[0], hi + r[1]
     return lo, hi
 
 
-def _shifted(expr: Dim, lo: int, hi: int) -> tuple[int, int]:
-    """Tighter bounds from substituting atom = low + t (t >= 0): the constant term bounds
-    the polynomial from below when every other coefficient is >= 0 (from above when all
-    are <= 0). Catches what intervals lose, e.g. batch*seq - seq >= 0."""
+def _shifted(expr: Dim, extra: Ranges) -> tuple[int, int] | None:
+    """Bounds from substituting atom = low + t (t >= 0): the constant term bounds the
+    polynomial from below when every other coefficient is >= 0 (from above when all are
+    <= 0). Catches what intervals lose, e.g. batch*seq - seq >= 0."""
     shift: dict[Atom, DimLike] = {}
     for mono, _ in expr.terms:
         for atom in mono:
             if atom not in shift:
-                shift[atom] = _atom_range(atom)[0] + _atom_dim(Param(f"t{len(shift)}"))
-    terms = dict(_terms(_fold(expr, lambda atom: shift[atom])))  # type: ignore[arg-type]
+                low = _atom_range(atom, extra)[0]
+                shift[atom] = low + _atom_dim(Param(f"%t{len(shift)}"))
+    terms = dict(terms_of(_fold(expr, lambda atom: shift[atom])))  # type: ignore[arg-type]
     base = terms.pop((), 0)
-    if all(c >= 0 for c in terms.values()):
-        lo = max(lo, base)
-    if all(c <= 0 for c in terms.values()):
-        hi = min(hi, base)
+    lo = base if all(c >= 0 for c in terms.values()) else None
+    hi = base if all(c <= 0 for c in terms.values()) else None
+    return None if lo is None and hi is None else (lo, hi)  # type: ignore[return-value]
+
+
+def _without_floor(expr: Dim, atom: FloorDiv, rest: Param) -> tuple[DimLike, int]:
+    """(d**k * expr, d**k) with atom = (num - rest)/d substituted, rest in [0, d-1]: an
+    exact integer polynomial in which the floor division no longer appears."""
+    d = atom.den
+    k = max(mono.count(atom) for mono, _ in expr.terms)
+    total: DimLike = 0
+    for mono, c in expr.terms:
+        others = tuple(a for a in mono if a != atom)
+        term: DimLike = c * d ** (k - len(mono) + len(others))
+        term = term * (Dim(((others, 1),)) if others else 1)
+        for _ in range(len(mono) - len(others)):
+            term = term * (atom.num - _atom_dim(rest))
+        total = total + term
+    return total, d**k
+
+
+def _bounded(expr: DimLike, extra: Ranges, budget: int) -> tuple[int, int]:
+    if isinstance(expr, int):
+        return (expr, expr)
+    lo, hi = _interval(expr, extra)
+    if lo <= 0 <= hi:
+        shifted = _shifted(expr, extra)
+        if shifted is not None:
+            lo = lo if shifted[0] is None else max(lo, shifted[0])
+            hi = hi if shifted[1] is None else min(hi, shifted[1])
+    floors = [a for mono, _ in expr.terms for a in mono if isinstance(a, FloorDiv)]
+    if lo <= 0 <= hi and floors and budget > 0:
+        rest = Param(f"%r{len(extra)}")  # not an identifier, so no size of that name
+        new, scale = _without_floor(expr, floors[0], rest)
+        lo2, hi2 = _bounded(new, {**extra, rest.name: (0, floors[0].den - 1)}, budget - 1)
+        lo, hi = max(lo, -(-lo2 // scale)), min(hi, hi2 // scale)
     return lo, hi
 
 
 def value_range(expr: DimLike) -> tuple[int, int]:
-    """Bounds on the value of `expr` for every size within the bounds in force."""
-    if isinstance(expr, int):
-        return (expr, expr)
-    lo, hi = _interval(expr)
-    return _shifted(expr, lo, hi) if lo <= 0 <= hi else (lo, hi)
+    """Bounds on the value of `expr` for every size within the bounds in force: interval
+    arithmetic, shifted to the lower bounds, with floor divisions x//d eliminated as
+    (x - r)/d for a remainder r in [0, d-1] when that decides more."""
+    return _bounded(expr, {}, _ELIMINATIONS)
 
 
 def _decide(a: object, b: object, relation: str) -> bool:
@@ -501,7 +540,7 @@ def _decide(a: object, b: object, relation: str) -> bool:
             return hi < 0
     elif lo > 0 or hi <= 0:  # "<="
         return hi <= 0
-    names = _names(a, b)
+    names = names_of(a, b)
     ranges = ", ".join(f"{n} in [{bounds_of(n)[0]}, {bounds_of(n)[1]}]" for n in names)
     hint = "bounds that decide it"
     limit = b if isinstance(b, int) else a
@@ -546,89 +585,6 @@ def parse_dim(text: str) -> DimLike:
         raise InputError(f"cannot parse the symbolic size {text!r}: {ast.unparse(node)!r}")
 
     return build(tree)
-
-
-# --- isl ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IslForm:
-    """Sizes as quasi-affine isl expressions over `params` (named sizes, then derived
-    parameters); `derived` maps each derived parameter to the size it stands for."""
-
-    exprs: tuple[str, ...]
-    params: tuple[str, ...]
-    derived: Mapping[str, Dim]
-
-    def multi_pw_aff(self) -> str:
-        """`[params] -> { [e0, e1, ...] }`, readable by isl.MultiPwAff."""
-        return f"[{', '.join(self.params)}] -> {{ [{', '.join(f'({e})' for e in self.exprs)}] }}"
-
-    def pw_aff(self, index: int = 0) -> str:
-        return f"[{', '.join(self.params)}] -> {{ [({self.exprs[index]})] }}"
-
-    def context(self) -> str:
-        """The parameter bounds in force, derived ones included, as an isl set."""
-        parts = []
-        for name in self.params:
-            value = self.derived.get(name)
-            lo, hi = value_range(value) if value is not None else bounds_of(name)
-            parts.append(f"{int(lo)} <= {name} <= {int(hi)}")
-        return f"[{', '.join(self.params)}] -> {{ : {' and '.join(parts) or 'true'} }}"
-
-
-def derived_name(mono: Monomial) -> str:
-    """The isl parameter standing for a non-affine monomial: its factors joined by '__'
-    when they are named sizes (batch*seq -> batch__seq, seq*seq -> seq__seq), else
-    'nl_' and a digest of its canonical text."""
-    if all(isinstance(a, Param) for a in mono):
-        return "__".join(a.name for a in mono)  # type: ignore[union-attr]
-    digest = hashlib.blake2b("*".join(_atom_text(a) for a in mono).encode(), digest_size=4)
-    return f"nl_{digest.hexdigest()}"
-
-
-def to_isl(dims: Sequence[DimLike]) -> IslForm:
-    """Sizes as isl quasi-affine expressions.
-
-    The rule: a term c*p of one named size is affine; floor(e/c) of an expression e is
-    quasi-affine (isl's floor), e converted by the same rule; a monomial of two or more
-    factors (batch*seq, seq*seq, batch*(seq//2)) is not affine, so it becomes one derived
-    isl parameter (`derived_name`) whose value the runtime computes from the sizes before
-    a call (`IslForm.derived[name].evaluate(sizes)`); isl sees it as an independent
-    parameter bounded by the product of its factors' bounds (`IslForm.context`).
-    """
-    base: dict[str, None] = {}
-    derived: dict[str, Dim] = {}
-
-    def expr(value: DimLike) -> str:
-        parts = []
-        for mono, c in _terms(value):
-            if not mono:
-                parts.append(str(c))
-                continue
-            if len(mono) > 1:
-                name = derived_name(mono)
-                derived[name] = Dim(((mono, 1),))
-                for n in _names(derived[name]):
-                    base.setdefault(n)
-                atom = name
-            elif isinstance(mono[0], Param):
-                atom = mono[0].name
-                base.setdefault(atom)
-            else:
-                atom = f"floor(({expr(mono[0].num)})/{mono[0].den})"
-            parts.append(("- " if c < 0 else "+ ") + (atom if abs(c) == 1 else f"{abs(c)}*{atom}"))
-        text = " ".join(parts)
-        return text[2:] if text.startswith("+") else text or "0"
-
-    exprs = tuple(expr(d) for d in dims)
-    clash = sorted(set(base) & set(derived))
-    if clash:
-        raise SymbolicShapeError(
-            f"the derived isl parameter(s) {', '.join(clash)} clash with sizes of that name",
-            tuple(clash),
-        )
-    return IslForm(exprs, (*sorted(base), *sorted(derived)), MappingProxyType(derived))
 
 
 def evaluate_shape(shape: Sequence[DimLike], sizes: Mapping[str, int]) -> tuple[int, ...]:

@@ -286,6 +286,32 @@ def _resize(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     return (TensorType(tuple(out), ctx.dtype(0)),)
 
 
+@_type_rule("Pad")
+def _pad(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """Symbolic pads (padding up to a multiple of a window: (w - seq % w) % w)."""
+    shape = ctx.shape(0)
+    pads = ctx.dims(1, "pads")
+    rank = len(shape)
+    static = ctx.with_types({0: TensorType((1,) * rank, ctx.dtype(0))})
+    OPS["Pad"].infer(static.with_values({1: np.zeros(len(pads), dtype=np.int64)}))
+    axes = ctx.const_ints(3, "axes") if ctx.has_input(3) else tuple(range(rank))
+    axes = tuple(a % rank for a in axes)
+    out = list(shape)
+    for i, axis in enumerate(axes):
+        out[axis] = shape[axis] + pads[i] + pads[len(axes) + i]
+        if out[axis] < 0:
+            raise ctx.error(f"pads {list(pads)} crop axis {axis} of size {shape[axis]} below 0")
+    return (TensorType(tuple(out), ctx.dtype(0)),)
+
+
+@_type_rule("Trilu")
+def _trilu(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """Its shape is its input's whatever k is; a symbolic k is read at run time."""
+    if ctx.has_input(1) and ctx.value(1) is None:
+        ctx = ctx.with_values({1: np.zeros((), dtype=np.int64)})
+    return OPS["Trilu"].infer(ctx)
+
+
 # --- values ------------------------------------------------------------------------------
 
 #: (context, input values, output types) -> output values (object arrays allowed)

@@ -14,15 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polytile.errors import InputError, SymbolicShapeError
-from polytile.frontend.symbolic import (
-    Dim,
-    DimLike,
-    assume,
-    parse_dim,
-    same,
-    to_isl,
-    value_range,
-)
+from polytile.frontend.symbolic import Dim, DimLike, assume, parse_dim, same, value_range
+from polytile.frontend.symbolic_isl import to_isl
 
 NAMES = ("batch", "seq", "heads")
 B, S, H = (Dim.param(n) for n in NAMES)
@@ -163,6 +156,7 @@ def test_undecidable_comparisons_raise_naming_the_sizes() -> None:
     with pytest.raises(SymbolicShapeError, match=r"bounds=\{'seq': \(1, 512\)\}"):
         _ = S <= 512
     assert S != -1 and S >= 1 and S * B >= S and bool(S)  # true for every size
+    assert 0 <= S % 4 < 4 and S + (4 - S % 4) % 4 >= S and (S + 3) // 4 * 4 >= S
     with assume({"seq": (1, 512)}):
         assert S <= 512 and min(S, 1024) is S
     with assume({"seq": (3, 3)}):

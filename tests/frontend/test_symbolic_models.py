@@ -236,6 +236,28 @@ def test_gather_from_a_symbolic_axis_and_resize_to_symbolic_sizes() -> None:
     assert str(sym.shapes()["twice"]) == "(n, 2, 2*h, 3*w)"
 
 
+def test_pad_to_a_multiple_of_a_window_and_a_causal_trilu() -> None:
+    nodes = [
+        *_seq_of("x", "n"),  # [seq]
+        _const("window", [4]),
+        helper.make_node("Mod", ["n", "window"], ["rem"]),
+        helper.make_node("Sub", ["window", "rem"], ["gap"]),
+        helper.make_node("Mod", ["gap", "window"], ["fill"]),  # (4 - seq % 4) % 4
+        _const("zeros", [0, 0]),
+        _const("zero", [0]),
+        helper.make_node("Concat", ["zeros", "zero", "zero", "fill", "zero"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["padded"]),  # [batch, seq + fill, 8]
+        helper.make_node("Squeeze", ["n", "zero"], ["k"]),
+        helper.make_node("Trilu", ["padded", "k"], ["masked"]),
+    ]
+    m = model(nodes, {"x": ["batch", "seq", 8]}, {"padded": None, "masked": None})
+    sizes = [{"batch": 1, "seq": s} for s in (1, 4, 7, 9)]
+    sym = import_symbolic(m)
+    check_against_ort(m, sym, sizes)
+    s = Dim.param("seq")
+    assert same(sym.shapes()["padded"][1], s + (4 - s % 4) % 4)
+
+
 def _const_float(name: str, values: Sequence[float]) -> onnx.NodeProto:
     tensor = numpy_helper.from_array(np.asarray(values, dtype=np.float32), name)
     return helper.make_node("Constant", [], [name], value=tensor)
