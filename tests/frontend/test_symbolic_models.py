@@ -85,6 +85,16 @@ def test_zoo_symbolic_models_match_onnxruntime(name: str) -> None:
     assert isinstance(sym.graph.types[output].shape[0], Dim)  # batch stays symbolic
 
 
+def test_resnet_over_symbolic_image_sizes() -> None:
+    m = onnx.ModelProto.FromString(zoo.build("resnet34__dyn").SerializeToString())
+    for dim, name in zip(m.graph.input[0].type.tensor_type.shape.dim[2:], "hw", strict=True):
+        dim.dim_param = name  # so that onnxruntime takes (and random_inputs makes) any size
+    sym = import_symbolic(m)
+    check_against_ort(m, sym, [{"batch": 1, "h": 97, "w": 131}, {"batch": 2, "h": 64, "w": 33}])
+    (output,) = sym.graph.outputs
+    assert str(sym.shapes()[output]) == "(batch, 1000)"
+
+
 def test_bert_without_bounds_names_the_slice_and_the_bound_it_needs() -> None:
     with pytest.raises(SymbolicShapeError, match=r"Slice.*seq': \(1, 512\)") as info:
         import_symbolic(zoo.build("bert_small__dyn"))
