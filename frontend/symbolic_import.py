@@ -210,7 +210,10 @@ class _SymbolicImporter(_Importer):
         symbolic_types = any(i and has_dim(self.types[i].shape) for i in node.inputs)
         symbolic_values = any(i in self.symbolic for i in node.inputs if i)
         if not symbolic_types and not symbolic_values:
-            return super()._infer(node)
+            self._check_params(self._context(node))
+            super()._infer(node)
+            self._carry_unfolded(node)
+            return
         op = OPS[node.op_type]
         base = InferContext.looking_up(
             node, self.types, self.values, self.opset, self.name, self.fresh
@@ -221,6 +224,8 @@ class _SymbolicImporter(_Importer):
         try:
             out_types = self._out_types(ctx)
         except SymbolicShapeError as exc:
+            if exc.node:
+                raise
             raise _at_node(exc, ctx) from exc
         except ShapeError as exc:
             if not symbolic_types:
@@ -240,28 +245,41 @@ class _SymbolicImporter(_Importer):
             raise ctx.unsupported(f"output(s) {', '.join(missing)} are not supported")
         self.nodes.append(node)
         self._fold(ctx, out_types)
+        self._carry_unfolded(node)
+
+    def _carry_unfolded(self, node: Node) -> None:
+        """Outputs without a value computed from an input that depends on the sizes but
+        was not folded keep the reason, for the error of a node that needs them."""
+        reasons = [self.unfolded[i] for i in node.inputs if i in self.unfolded]
+        for out in node.outputs:
+            if reasons and out and out not in self.values and out not in self.symbolic:
+                self.unfolded.setdefault(out, reasons[0])
 
     def _out_types(self, ctx: SymbolicContext) -> tuple[TensorType, ...]:
         node = ctx.node
         rule = TYPE_RULES.get(node.op_type)
-        if rule is not None:
-            return rule(ctx)
+        self._check_params(ctx, symbolic_ok=rule is not None)
+        return rule(ctx) if rule is not None else OPS[node.op_type].infer(ctx)
+
+    def _check_params(self, ctx: InferContext, symbolic_ok: bool = False) -> None:
+        """A SymbolicShapeError where an input the op reads as a value (a shape, axes, k,
+        ...) depends on the sizes and is not folded, or is symbolic where the op's rule
+        needs it static."""
+        node = ctx.node
         for index in sorted(OPS[node.op_type].params):
-            if ctx.has_input(index) and node.inputs[index] in self.symbolic:
-                value = self.symbolic[node.inputs[index]]
-                raise SymbolicShapeError(
-                    f"input {index} ('{node.inputs[index]}') holds the symbolic value "
-                    f"{value.tolist()}, and symbolic inference of {node.op_type} needs it static",
-                    _dims_of(ctx),
+            tensor = node.input(index)
+            if tensor in self.symbolic and not symbolic_ok:
+                problem = (
+                    f"holds the symbolic value {self.symbolic[tensor].tolist()}, and "
+                    f"{node.op_type} needs it static"
                 )
-            if ctx.has_input(index) and node.inputs[index] in self.unfolded:
-                tensor = node.inputs[index]
-                raise SymbolicShapeError(
-                    f"input {index} ('{tensor}') depends on the sizes and was not folded: "
-                    f"{self.unfolded[tensor]}",
-                    _dims_of(ctx),
-                )
-        return OPS[node.op_type].infer(ctx)
+            elif tensor in self.unfolded:
+                problem = f"depends on the sizes and was not folded: {self.unfolded[tensor]}"
+            else:
+                continue
+            raise SymbolicShapeError(
+                f"{ctx.where()}: input {index} ('{tensor}') {problem}", _dims_of(ctx), node.name
+            )
 
     def _fold(self, ctx: SymbolicContext, out_types: Sequence[TensorType]) -> None:
         """The node's output values where its input values are known, symbolic or not."""

@@ -318,6 +318,22 @@ def test_an_op_needing_a_static_value_names_node_and_op() -> None:
         import_symbolic(m)
 
 
+def test_a_size_through_floats_names_where_folding_stopped() -> None:
+    nodes = [
+        *_seq_of("x", "n"),
+        helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["nf"], ["root"]),
+        helper.make_node("Cast", ["root"], ["k"], to=TensorProto.INT64),
+        _const("rest", [-1]),
+        helper.make_node("Concat", ["k", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    m = model(nodes, {"x": [1, "seq"]}, {"y": None})
+    with pytest.raises(SymbolicShapeError, match=r"Reshape.*'target'.*cast to float32") as info:
+        import_symbolic(m)
+    assert info.value.node == "Reshape_8"
+
+
 def test_sizes_that_may_differ_do_not_broadcast() -> None:
     m = model(
         [helper.make_node("Add", ["x", "y"], ["z"])], {"x": ["seq"], "y": ["batch"]}, {"z": None}
