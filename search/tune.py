@@ -49,7 +49,7 @@ from polytile.frontend.importer import ModelSource
 from polytile.poly.default.schedule import default_schedule
 
 from .builder import Built, SpaceSpec, make_builder
-from .cost_model import MODELS, CostModel, GBModel, RandomModel, load_model
+from .cost_model import MODELS, CostModel, GBModel, PretrainedModel, RandomModel, load_model
 from .measure import MeasureConfig, Measurer, reference_outputs
 from .records import Record, RecordFile, trace_key
 from .space import Decisions, SearchSpace
@@ -135,7 +135,8 @@ class Tuner:
         #: the default schedule's decisions seed the population (off: samples only)
         self.start_from_default = start_from_default
         self.rng = random.Random(seed)
-        self.model: CostModel = model if model is not None else GBModel(seed=seed)
+        # the shipped pre-trained model, as `tune` and the CLI use (pass one to choose)
+        self.model: CostModel = model if model is not None else PretrainedModel(seed=seed)
         #: where candidates are built: killable workers unless `build_timeout` is None
         self.builder = make_builder(target, self.measure_config)
         #: where the tune's time goes (`summary.PARTS`)

@@ -14,9 +14,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from polytile.codegen.target import host
 from polytile.errors import TuningError
 from polytile.search import cost_model as cm
 from polytile.search.measure import MeasureConfig
+from polytile.search.records import RecordFile
 from polytile.search.tasks import extract_tasks
 
 #: candidates built in the test's process (no build workers)
@@ -112,6 +114,10 @@ def test_tune_uses_the_pretrained_model_by_default_and_refits_with_its_rows(
     measured = [m for s in tuner.states for m in s.measured if m.row is not None]
     assert len(measured) == 6
     assert tuner.model.fitted_rows == shipped + 6  # the last refit had every new row
+    # a Tuner made directly has the same default
+    records = RecordFile(tmp_path / "direct.jsonl")
+    direct = tune_module.Tuner(extract_tasks(model()), records, host(), 0, measure=HERE)
+    assert isinstance(direct.model, cm.PretrainedModel)
 
 
 def test_unusable_shipped_rows_warn_and_train_from_scratch(tmp_path: Path) -> None:
