@@ -30,6 +30,7 @@ from .importer import PROPAGATE_LIMIT, _Importer
 from .loading import ModelSource, check_model, load_model
 from .ops import OPS, InferContext
 from .symbolic import Dim, DimLike, assume, bounds_of, check_bounds, evaluate_shape
+from .symbolic_isl import IslForm, to_isl
 from .symbolic_ops import TYPE_RULES, VALUE_RULES, SymbolicContext, has_dim, settle
 
 __all__ = ["SymbolicModel", "import_symbolic", "symbolic_shapes"]
@@ -54,6 +55,11 @@ class SymbolicModel:
     def shapes(self) -> dict[str, Shape]:
         """Every tensor's shape (graph inputs, constants, node outputs)."""
         return {name: t.shape for name, t in self.graph.types.items()}
+
+    def isl_shape(self, tensor: str) -> IslForm:
+        """The tensor's shape as isl expressions, its context holding the model's bounds."""
+        with assume(self.bounds):
+            return to_isl(self.graph.types[tensor].shape)
 
     def evaluate(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         """Every tensor's concrete shape at the given sizes."""

@@ -34,6 +34,9 @@ class IslForm:
     exprs: tuple[str, ...]
     params: tuple[str, ...]
     derived: Mapping[str, Dim]
+    #: the parameters' bounds (those in force at `to_isl`), derived ones included, as an
+    #: isl set: `[params] -> { : lo <= p <= hi and ... }`
+    context: str
 
     def multi_pw_aff(self) -> str:
         """`[params] -> { [e0, e1, ...] }`, readable by isl.MultiPwAff."""
@@ -41,15 +44,6 @@ class IslForm:
 
     def pw_aff(self, index: int = 0) -> str:
         return f"[{', '.join(self.params)}] -> {{ [({self.exprs[index]})] }}"
-
-    def context(self) -> str:
-        """The parameter bounds in force, derived ones included, as an isl set."""
-        parts = []
-        for name in self.params:
-            value = self.derived.get(name)
-            lo, hi = value_range(value) if value is not None else bounds_of(name)
-            parts.append(f"{int(lo)} <= {name} <= {int(hi)}")
-        return f"[{', '.join(self.params)}] -> {{ : {' and '.join(parts) or 'true'} }}"
 
 
 def derived_name(mono: Monomial) -> str:
@@ -70,7 +64,7 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
     factors (batch*seq, seq*seq, batch*(seq//2)) is not affine, so it becomes one derived
     isl parameter (`derived_name`) whose value the runtime computes from the sizes before
     a call (`IslForm.derived[name].evaluate(sizes)`); isl sees it as an independent
-    parameter bounded by the product of its factors' bounds (`IslForm.context`).
+    parameter bounded by its factors' bounds (`IslForm.context`).
     """
     base: dict[str, None] = {}
     derived: dict[str, Dim] = {}
@@ -79,7 +73,7 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
         parts = []
         for mono, c in terms_of(value):
             if not mono:
-                parts.append(str(c))
+                parts.append(("- " if c < 0 else "+ ") + str(abs(c)))
                 continue
             if len(mono) > 1:
                 name = derived_name(mono)
@@ -94,7 +88,7 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
                 atom = f"floor(({expr(mono[0].num)})/{mono[0].den})"
             parts.append(("- " if c < 0 else "+ ") + (atom if abs(c) == 1 else f"{abs(c)}*{atom}"))
         text = " ".join(parts)
-        return text[2:] if text.startswith("+") else text or "0"
+        return text[2:] if text.startswith("+") else "-" + text[2:] if text else "0"
 
     exprs = tuple(expr(d) for d in dims)
     clash = sorted(set(base) & set(derived))
@@ -103,4 +97,10 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
             f"the derived isl parameter(s) {', '.join(clash)} clash with sizes of that name",
             tuple(clash),
         )
-    return IslForm(exprs, (*sorted(base), *sorted(derived)), MappingProxyType(derived))
+    params = (*sorted(base), *sorted(derived))
+    parts = []
+    for name in params:
+        lo, hi = value_range(derived[name]) if name in derived else bounds_of(name)
+        parts.append(f"{lo} <= {name} <= {hi}")
+    context = f"[{', '.join(params)}] -> {{ : {' and '.join(parts) or 'true'} }}"
+    return IslForm(exprs, params, MappingProxyType(derived), context)

@@ -21,6 +21,7 @@ from polytile.errors import SymbolicShapeError
 from .graph import TensorType
 from .ops import OPS, InferContext, broadcast_shapes
 from .ops.reduce import reduced_axes
+from .ops.tensor import _shape_slice
 from .symbolic import Dim, DimLike, is_static
 
 __all__ = ["TYPE_RULES", "VALUE_RULES", "SymbolicContext", "has_dim", "settle"]
@@ -125,6 +126,8 @@ def _reshape(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     for index, dim in enumerate(spec):
         if index not in minus and dim < 0:
             raise ctx.error(f"target shape {list(spec)} has the invalid entry {dim}")
+        if isinstance(dim, Dim) and not allowzero and dim == 0:  # 0 would copy a dim
+            raise ctx.error(f"target shape {list(spec)} has the entry {dim} = 0")
         if is_static(dim) and dim == 0 and not allowzero:
             if index >= len(in_shape):
                 raise ctx.error(
@@ -183,8 +186,6 @@ RANGE_ARGS = ("start", "limit", "delta")
 
 @_type_rule("Range")
 def _range(ctx: SymbolicContext) -> tuple[TensorType, ...]:
-    if ctx.dtype(0) not in ("int16", "int32", "int64"):
-        raise ctx.unsupported("a Range over a symbolic float bound is not supported")
     start, limit, delta = (_scalar_dim(ctx, i, n) for i, n in enumerate(RANGE_ARGS))
     if not isinstance(delta, int):
         raise SymbolicShapeError(f"the delta {delta} of a Range must be static", ())
@@ -307,7 +308,7 @@ def _pad(ctx: SymbolicContext) -> tuple[TensorType, ...]:
 @_type_rule("Trilu")
 def _trilu(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     """Its shape is its input's whatever k is; a symbolic k is read at run time."""
-    if ctx.has_input(1) and ctx.value(1) is None:
+    if ctx.full_value(1) is not None and ctx.value(1) is None:
         ctx = ctx.with_values({1: np.zeros((), dtype=np.int64)})
     return OPS["Trilu"].infer(ctx)
 
@@ -336,14 +337,7 @@ def _static_shape(t: TensorType) -> tuple[int, ...]:
 
 @_value_rule("Shape")
 def _shape_value(ctx: SymbolicContext, xs: list, outs: tuple) -> tuple:
-    shape = ctx.shape(0)
-    rank = len(shape)
-    start = ctx.attr_int("start", 0)
-    end = ctx.attr("end")
-    end = rank if end is None else int(end)
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = min(max(end + rank if end < 0 else end, 0), rank)
-    return (_vector(shape[start:end]),)
+    return (_vector(_shape_slice(ctx)),)
 
 
 @_value_rule("Size")

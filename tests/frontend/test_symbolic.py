@@ -203,7 +203,7 @@ def _isl_value(text: str, params: dict[str, int]) -> int:
 def test_isl_text_evaluates_like_the_dims(es: list[Expr], env: dict[str, int]) -> None:
     form = to_isl([d for d, _ in es])
     isl.MultiPwAff(form.multi_pw_aff())
-    isl.Set(form.context())
+    isl.Set(form.context)
     params = {n: env[n] for n in form.params if n in env}
     params.update({n: d.evaluate(env) for n, d in form.derived.items()})
     for index, (_, fn) in enumerate(es):
@@ -216,4 +216,4 @@ def test_products_become_derived_parameters() -> None:
     assert form.params == ("batch", "seq", "batch__seq", "seq__seq")
     assert same(form.derived["batch__seq"], B * S)
     with assume({"seq": (1, 512), "batch": (1, 4)}):
-        assert "1 <= batch__seq <= 2048" in to_isl([B * S]).context()
+        assert "1 <= batch__seq <= 2048" in to_isl([B * S]).context

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import islpy as isl
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -83,6 +84,9 @@ def test_zoo_symbolic_models_match_onnxruntime(name: str) -> None:
     assert check_against_ort(m, sym, sizes) > 100
     (output,) = sym.graph.outputs
     assert isinstance(sym.graph.types[output].shape[0], Dim)  # batch stays symbolic
+    form = sym.isl_shape(output)
+    isl.MultiPwAff(form.multi_pw_aff())
+    assert "batch" in form.params and isl.Set(form.context).is_empty() is False
 
 
 def test_resnet_over_symbolic_image_sizes() -> None:
