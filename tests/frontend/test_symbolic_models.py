@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polytile
 from polytile import zoo
-from polytile.errors import SymbolicShapeError
+from polytile.errors import InputError, SymbolicShapeError
 from polytile.frontend import import_model
 from polytile.frontend.symbolic import Dim, evaluate_shape, same
 from polytile.frontend.symbolic_import import SymbolicModel, import_symbolic
@@ -284,6 +284,17 @@ def test_user_named_sizes_and_the_public_entry_point() -> None:
     assert str(shapes["y"][1]) == "8*t" and str(shapes["y"][0]) == "b"
     sym = import_symbolic(m, input_shapes={"x": ("b", "t", 8)})
     assert sym.evaluate({"b": 3, "t": 4})["y"] == (3, 32)
+
+
+def test_unnamed_and_oddly_named_dims_become_identifiers() -> None:
+    nodes = [helper.make_node("Concat", ["x", "y"], ["z"], axis=1)]
+    m = model(nodes, {"x": ["batch size", "2d"], "y": ["batch size", None]}, {"z": None})
+    sym = import_symbolic(m)
+    assert sym.params == ("batch_size", "_2d", "y_1")
+    assert str(sym.shapes()["z"]) == "(batch_size, _2d + y_1)"
+    clash = model(nodes, {"x": ["a-b", 3], "y": ["a_b", 3]}, {"z": None})
+    with pytest.raises(InputError, match="'a-b' and 'a_b' both become 'a_b'"):
+        import_symbolic(clash)
 
 
 def test_static_models_are_imported_exactly_as_before() -> None:
