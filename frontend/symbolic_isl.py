@@ -64,7 +64,8 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
     factors (batch*seq, seq*seq, batch*(seq//2)) is not affine, so it becomes one derived
     isl parameter (`derived_name`) whose value the runtime computes from the sizes before
     a call (`IslForm.derived[name].evaluate(sizes)`); isl sees it as an independent
-    parameter bounded by its factors' bounds (`IslForm.context`).
+    parameter bounded by its factors' bounds, and for a product of two sizes by the affine
+    envelope of the product (`IslForm.context`).
     """
     base: dict[str, None] = {}
     derived: dict[str, Dim] = {}
@@ -102,5 +103,24 @@ def to_isl(dims: Sequence[DimLike]) -> IslForm:
     for name in params:
         lo, hi = value_range(derived[name]) if name in derived else bounds_of(name)
         parts.append(f"{lo} <= {name} <= {hi}")
+        if name in derived:
+            parts.extend(_envelope(name, derived[name]))
     context = f"[{', '.join(params)}] -> {{ : {' and '.join(parts) or 'true'} }}"
     return IslForm(exprs, params, MappingProxyType(derived), context)
+
+
+def _envelope(name: str, product: Dim) -> list[str]:
+    """Affine constraints tying a derived parameter x*y (two named sizes) to its factors:
+    McCormick's envelope, (x - xl)(y - yl) >= 0 and the like, so isl knows that batch*seq
+    >= seq, say, although the product itself is not affine."""
+    ((mono, _),) = product.terms
+    if len(mono) != 2 or not all(isinstance(a, Param) for a in mono):
+        return []
+    x, y = (a.name for a in mono)  # type: ignore[union-attr]
+    (xl, xu), (yl, yu) = bounds_of(x), bounds_of(y)
+    return [
+        f"{name} >= {xl}*{y} + {yl}*{x} - {xl * yl}",
+        f"{name} >= {xu}*{y} + {yu}*{x} - {xu * yu}",
+        f"{name} <= {xu}*{y} + {yl}*{x} - {xu * yl}",
+        f"{name} <= {xl}*{y} + {yu}*{x} - {xl * yu}",
+    ]

@@ -217,3 +217,21 @@ def test_products_become_derived_parameters() -> None:
     assert same(form.derived["batch__seq"], B * S)
     with assume({"seq": (1, 512), "batch": (1, 4)}):
         assert "1 <= batch__seq <= 2048" in to_isl([B * S]).context
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 6), st.integers(1, 40), st.integers(0, 40), st.data())
+def test_the_context_of_a_product_holds_at_every_size_and_ties_it_to_its_factors(
+    bl: int, bw: int, sl: int, sw: int, data: st.DataObject
+) -> None:
+    bounds = {"batch": (bl, bl + bw), "seq": (sl, sl + sw)}
+    with assume(bounds):
+        context = isl.Set(to_isl([B * S]).context)
+    b = data.draw(st.integers(*bounds["batch"]))
+    s = data.draw(st.integers(*bounds["seq"]))
+    point = isl.Set(
+        f"[batch, seq, batch__seq] -> {{ : batch = {b} and seq = {s} and batch__seq = {b * s} }}"
+    )
+    assert point.is_subset(context)
+    smaller = isl.Set("[batch, seq, batch__seq] -> { : batch__seq < seq or batch__seq < batch }")
+    assert context.intersect(smaller).is_empty()
