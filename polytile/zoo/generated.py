@@ -14,6 +14,10 @@ from .weights import BIAS, Sampler, he_normal, normal, rng_for
 TRANSFORMER_SHAPE = (1, 128, 256)
 _TRANSFORMER_HEADS = 4
 _TRANSFORMER_FFN = 1024
+#: one layer of BERT-base's size: 768 hidden, 12 heads, 3,072 FFN, 128 tokens
+TRANSFORMER_BASE_SHAPE = (1, 128, 768)
+_TRANSFORMER_BASE_HEADS = 12
+_TRANSFORMER_BASE_FFN = 3072
 MLP_SHAPE = (8, 784)
 _MLP_WIDTHS = (784, 512, 256, 10)
 
@@ -62,10 +66,15 @@ def _finish(
     return model
 
 
-def build_transformer(seed: int) -> onnx.ModelProto:
+def build_transformer(
+    seed: int,
+    shape: tuple[int, int, int] = TRANSFORMER_SHAPE,
+    heads: int = _TRANSFORMER_HEADS,
+    ffn: int = _TRANSFORMER_FFN,
+    name: str = "transformer",
+) -> onnx.ModelProto:
     """One post-LN BERT encoder layer, written the way PyTorch exports it (opset 17)."""
-    batch, seq, hidden = TRANSFORMER_SHAPE
-    heads, ffn = _TRANSFORMER_HEADS, _TRANSFORMER_FFN
+    batch, seq, hidden = shape
     head_dim = hidden // heads
     b = _GraphBuilder(seed)
     w, bias = normal(0.02), normal(0.02)
@@ -109,7 +118,7 @@ def build_transformer(seed: int) -> onnx.ModelProto:
     gelu = b.op("Mul", [gelu, half], "ffn.gelu.out")
     down = linear("ffn.down", gelu, ffn, hidden)
     layer_norm("ffn.ln", b.op("Add", [down, h], "ffn.residual"), "y")
-    return _finish(b, "transformer", TRANSFORMER_SHAPE, "y", TRANSFORMER_SHAPE, 17)
+    return _finish(b, name, shape, "y", shape, 17)
 
 
 def build_mlp(seed: int) -> onnx.ModelProto:
@@ -133,10 +142,19 @@ GENERATED: dict[str, tuple[str, tuple[int, ...]]] = {
         "BERT-style encoder layer (opset 17): 4-head attention, LayerNorm, Erf-GELU FFN",
         TRANSFORMER_SHAPE,
     ),
+    "transformer_base": (
+        "BERT-base-size encoder layer (opset 17): 768 hidden, 12 heads, 3072 FFN, 128 tokens",
+        TRANSFORMER_BASE_SHAPE,
+    ),
     "mlp": ("MLP 784-512-256-10 (opset 13): Gemm + Relu, Softmax", MLP_SHAPE),
 }
 
 
 def build(name: str, seed: int) -> onnx.ModelProto:
     """The generated model `name` with weights seeded by `seed`."""
-    return build_transformer(seed) if name == "transformer" else build_mlp(seed)
+    if name == "transformer":
+        return build_transformer(seed)
+    if name == "transformer_base":
+        base = (_TRANSFORMER_BASE_HEADS, _TRANSFORMER_BASE_FFN)
+        return build_transformer(seed, TRANSFORMER_BASE_SHAPE, *base, name=name)
+    return build_mlp(seed)

@@ -55,7 +55,7 @@ def test_names_and_list_models_agree() -> None:
     infos = zoo.list_models()
     assert tuple(i.name for i in infos) == zoo.NAMES
     assert len(LIGHT) == 9 and len(MODERN) == 32
-    assert len(zoo.NAMES) == 9 + 32 + 2
+    assert len(zoo.NAMES) == 9 + 32 + 3
     by_name = {i.name: i for i in infos}
     for name in LIGHT:
         assert by_name[name].source == "onnx-light"
@@ -63,6 +63,7 @@ def test_names_and_list_models_agree() -> None:
         assert shape == (1, 3, 224, 224)
     assert by_name["transformer"].source == by_name["mlp"].source == "generated"
     assert by_name["transformer"].inputs == (("x", (1, 128, 256)),)
+    assert by_name["transformer_base"].inputs == (("x", (1, 128, 768)),)
     assert by_name["mlp"].inputs == (("x", (8, 784)),)
     assert all(i.description for i in infos)
     with pytest.raises(dataclasses.FrozenInstanceError):
