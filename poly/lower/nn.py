@@ -217,9 +217,11 @@ def _padded_taps(
 ) -> tuple[list[Statement], Expr]:
     """The statements making X's zero-padded copy (`padded_input`), and the load of the
     tap `o*s + k*d` from it: the domain is then a box, so each row is one piece of full
-    vectors rather than edge pieces with differently shaped ones."""
-    padded, statements = padded_input(ctx, window, 0)
-    return statements, ctx.load_temp(padded, ("n", channel, *padded_taps(window, o, k)))
+    vectors rather than edge pieces with differently shaped ones. A row sliding by s > 1
+    is stored in s phases, so that a tap's lanes are adjacent (one load, no shuffle)."""
+    padded, statements = padded_input(ctx, window, 0, phased=True)
+    taps = padded_taps(window, o, k, phased=True)
+    return statements, ctx.load_temp(padded, ("n", channel, *taps))
 
 
 def _gathered_conv(

@@ -62,25 +62,42 @@ def window_taps(
 PAD_MIN_ROW = 8
 
 
+def phases(window: Window) -> int:
+    """How many phases a padded copy splits its last axis into: the window's stride there
+    when it slides by more than one with several undilated taps, else 1 (no split)."""
+    s, d, k = window.strides[-1], window.dilations[-1], window.kernel[-1]
+    return s if s > 1 and d == 1 and k > 1 else 1
+
+
 def padded_input(
-    ctx: LowerContext, window: Window, fill: float | int
+    ctx: LowerContext, window: Window, fill: float | int, phased: bool = False
 ) -> tuple[str, list[Statement]]:
     """X copied into a temporary holding every window tap, the taps outside X set to
     `fill`: a pool or depthwise conv then reads a rectangle, without the edge pieces
-    whose differently shaped vectors keep its accumulators out of registers."""
+    whose differently shaped vectors keep its accumulators out of registers. `phased`
+    stores the last axis as (phase, position) pairs, `j = phase + s*position` for its
+    stride `s` (`phases`): tap `o*s + k` is then `(k mod s, o + k div s)`, so the taps of
+    consecutive outputs lie side by side rather than `s` apart."""
     x = ctx.input_type(0)
     rank = x.rank - 2
-    dims = ("n", "c", *ctx.dims(rank, "j"))
+    split = phases(window) if phased else 1
+    dims = ("n", "c", *ctx.dims(rank + (split > 1), "j"))
     extents, inside, border, index = list(x.shape[:2]), [], [], ["n", "c"]
     for i in range(rank):
         s, d, p = window.strides[i], window.dilations[i], window.pads[i]
         size = (window.out[i] - 1) * s + (window.kernel[i] - 1) * d + 1
-        extents.append(size)
         high = min(p + x.shape[2 + i], size)
-        dim = dims[2 + i]
-        inside += [f"{dim} >= {p}", f"{dim} < {high}"]
-        border += [f"{dim} < {p}", f"{dim} >= {high}"]
-        index.append(affine_text([(1, dim)], -p))
+        if i == rank - 1 and split > 1:
+            phase, position = dims[2 + i], dims[3 + i]
+            extents += [split, -(-size // split)]
+            terms = [(1, phase), (split, position)]
+        else:
+            extents.append(size)
+            terms = [(1, dims[2 + i])]
+        at = affine_text(terms, 0)
+        inside += [f"{at} >= {p}", f"{at} < {high}"]
+        border += [f"{at} < {p}", f"{at} >= {high}"]
+        index.append(affine_text(terms, -p))
     padded = ctx.temp("padded", extents, x.dtype)
     copy = ctx.statement_name(f"{ctx.node.name}_pad")
     edge = ctx.statement_name(f"{ctx.node.name}_pad_border")
@@ -98,9 +115,17 @@ def padded_input(
     ]
 
 
-def padded_taps(window: Window, out_dims: Sequence[str], taps: Sequence[str]) -> list[str]:
+def padded_taps(
+    window: Window, out_dims: Sequence[str], taps: Sequence[str], phased: bool = False
+) -> list[str]:
     """Index `o*s + k*d` of each window tap in the copy `padded_input` makes (`o*s` where
-    the window is one tap wide, as `window_taps`)."""
+    the window is one tap wide, as `window_taps`); with `phased`, the last axis as
+    `(k mod s, o + k div s)`."""
+    split = phases(window) if phased else 1
+    if split > 1:
+        o, k = out_dims[-1], taps[-1]
+        head = padded_taps(window, out_dims[:-1], taps[:-1]) if len(out_dims) > 1 else []
+        return [*head, f"{k} - {split}*floor({k}/{split})", f"{o} + floor({k}/{split})"]
     return [
         affine_text(
             [(window.strides[i], out_dims[i])]

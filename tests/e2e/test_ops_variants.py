@@ -1,7 +1,8 @@
 """Variants of supported ops compiled to native code against onnxruntime and onnx's
 reference evaluator: Resize with antialias=1 (linear and cubic filters widened when
 downsampling) and MaxPool's Indices output (the flat index of the first maximum, in
-row-major or, with storage_order=1, column-major order)."""
+row-major or, with storage_order=1, column-major order), and strided depthwise convs over
+phase-split padded copies."""
 
 from __future__ import annotations
 
@@ -106,3 +107,36 @@ def test_maxpool_indices_int8() -> None:
     want = ort_run(m, {"x": x})
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+# --- Depthwise convs over phase-split padded copies ------------------------------------------
+
+STRIDED_DEPTHWISE = {
+    "5x5_stride_2_odd_rows": ((1, 37, 15, 15), (5, 5), [2, 2], [2, 2, 2, 2]),
+    "3x3_stride_2_even_rows": ((2, 24, 14, 20), (3, 3), [2, 2], [1, 1, 1, 1]),
+    "7x7_stride_3_asymmetric": ((1, 5, 17, 29), (7, 7), [1, 3], [3, 2, 1, 3]),
+}
+
+
+@pytest.mark.parametrize("case", STRIDED_DEPTHWISE, ids=list(STRIDED_DEPTHWISE))
+def test_strided_depthwise_conv_with_a_phased_copy_against_onnxruntime(case: str) -> None:
+    """A depthwise conv sliding by s > 1 along its rows reads a padded copy whose rows are
+    split into s phases (`poly.lower.window.phases`); compiled with the default schedule
+    (channel tiles, masked short rows), with a fused activation, as onnxruntime."""
+    shape, kernel, strides, pads = STRIDED_DEPTHWISE[case]
+    c = shape[1]
+    w = (RNG.standard_normal((c, 1, *kernel)) / kernel[1]).astype(np.float32)
+    b = RNG.standard_normal(c).astype(np.float32)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, strides=strides, pads=pads)
+    swish = helper.make_node("HardSwish", ["y"], ["z"])
+    graph = helper.make_graph(
+        [conv, swish],
+        "dw",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = pt.compile(m).run({"x": x})[0]
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-5)

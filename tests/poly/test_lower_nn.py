@@ -135,6 +135,13 @@ PADDED_DEPTHWISE = {
         x=(2, 2, 12, 11), w=(2, 1, 3, 3), group=2, pads=[2, 1, 2, 3], dilations=[2, 2]
     ),
     "1d": dict(x=(1, 3, 12), w=(3, 1, 5), group=3, pads=[2, 1]),
+    "3x3_stride_2_short_rows": dict(
+        x=(1, 3, 15, 13), w=(3, 1, 3, 3), group=3, pads=[1, 1, 1, 1], strides=[2, 2]
+    ),
+    "7x7_stride_3_asymmetric": dict(
+        x=(1, 2, 17, 16), w=(2, 1, 7, 7), group=2, pads=[3, 2, 1, 3], strides=[1, 3]
+    ),
+    "1d_stride_2": dict(x=(1, 3, 11), w=(3, 1, 5), group=3, pads=[2, 2], strides=[2]),
     "float16": dict(x=(1, 2, 9, 9), w=(2, 1, 3, 3), group=2, pads=[1, 1, 1, 1]),
 }
 
@@ -159,6 +166,12 @@ def test_a_depthwise_conv_reusing_its_input_reads_a_padded_copy(case: str, bias:
     ]
     (red,) = [s for s in kernel.statements if s.reduction]
     assert padded.name in {ld.tensor for ld in loads(red.expr)}
+    # a window sliding by s > 1 along a row reads a copy whose rows are split into s
+    # phases (`window.phases`): one more axis, of extent s, before the row
+    stride = spec.get("strides", [1])[-1]
+    assert len(padded.shape) == len(x) + (stride > 1)
+    if stride > 1:
+        assert padded.shape[-2] == stride
     box = ih.parse_set(ih.box(red.name, red.dims, ih.box_extents(red.domain_set())))
     assert red.domain_set().is_equal(box)
 
