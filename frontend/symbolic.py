@@ -242,6 +242,8 @@ class Dim:
         return NotImplemented if other is None else self - other * (self // other)
 
     def __rfloordiv__(self, other: object) -> DimLike:
+        if _coerce(other) == 0 and self != 0:
+            return 0  # 0 // n and 0 % n for a size that is never 0
         raise SymbolicShapeError(
             f"{other} // {self}: a division by a symbolic size is not expressible", names_of(self)
         )
@@ -256,25 +258,35 @@ class Dim:
     __rtruediv__ = __truediv__
 
     def _exact_div(self, other: Dim) -> DimLike:
-        """self // other when `other` is a monomial dividing every term of self exactly."""
-        if len(other.terms) != 1:
-            raise self._inexact(other)
-        mono, c = other.terms[0]
-        coeffs: dict[Monomial, int] = {}
-        for m, k in self.terms:
-            rest = list(m)
-            for atom in mono:
-                if atom not in rest:
+        """self // other when `other` divides self as polynomials over the atoms (then the
+        values divide for every size): multivariate division in graded lex order, which
+        leaves no remainder exactly when the division is exact."""
+        atoms = sorted({a for m, _ in self.terms + other.terms for a in m}, key=lambda a: a.key)
+
+        def order(mono: Monomial) -> tuple:
+            return (-len(mono), tuple(-sum(a == v for a in mono) for v in atoms))
+
+        lead, lead_c = min(other.terms, key=lambda t: order(t[0]))  # greatest in grlex
+        rest: DimLike = self
+        quotient: DimLike = 0
+        while isinstance(rest, Dim):
+            mono, c = min(rest.terms, key=lambda t: order(t[0]))
+            left = list(mono)
+            for atom in lead:
+                if atom not in left:
                     raise self._inexact(other)
-                rest.remove(atom)
-            if k % c:
+                left.remove(atom)
+            if c % lead_c:
                 raise self._inexact(other)
-            coeffs[tuple(rest)] = k // c
-        return Dim._make(coeffs)
+            term = Dim._make({tuple(left): c // lead_c})
+            quotient, rest = quotient + term, rest - term * other
+        if rest:
+            raise self._inexact(other)
+        return quotient
 
     def _inexact(self, other: Dim) -> SymbolicShapeError:
         return SymbolicShapeError(
-            f"{self} // {other}: only exact divisions by a product of sizes are expressible",
+            f"({self}) // ({other}): only exact divisions by a symbolic size are expressible",
             names_of(self, other),
         )
 

@@ -22,7 +22,7 @@ from .graph import TensorType
 from .ops import OPS, InferContext, broadcast_shapes
 from .ops.reduce import reduced_axes
 from .ops.tensor import _shape_slice
-from .symbolic import Dim, DimLike, is_static
+from .symbolic import MAX_DIM, Dim, DimLike, is_static
 
 __all__ = ["TYPE_RULES", "VALUE_RULES", "SymbolicContext", "has_dim", "settle"]
 
@@ -196,6 +196,16 @@ def _range(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     return (TensorType((max(length, 0),), ctx.dtype(0)),)
 
 
+def _clamp(index: DimLike, dim: DimLike, lo: DimLike, hi: DimLike) -> DimLike:
+    """A Slice bound made non-negative and clamped to [lo, hi]. A static bound beyond
+    MAX_DIM either way (exporters write INT64_MAX for "to the end") is past every axis
+    polytile handles, whose sizes are at most MAX_DIM: it clamps without comparing."""
+    if is_static(index) and abs(index) >= MAX_DIM:
+        return hi if index > 0 else lo
+    index = index + dim if index < 0 else index
+    return min(max(index, lo), hi)
+
+
 def slice_plan(ctx: SymbolicContext) -> tuple[tuple[DimLike, ...], tuple[slice, ...] | None]:
     """Output shape of a Slice with symbolic bounds or dims, and the numpy index when
     every bound is static (for folding values)."""
@@ -215,13 +225,11 @@ def slice_plan(ctx: SymbolicContext) -> tuple[tuple[DimLike, ...], tuple[slice, 
         dim = shape[axis]
         if step == 0:
             raise ctx.error(f"step for axis {axis} is 0")
-        start = start + dim if start < 0 else start
-        end = end + dim if end < 0 else end
         if step > 0:
-            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+            start, end = _clamp(start, dim, 0, dim), _clamp(end, dim, 0, dim)
             out[axis] = max(0, -(-(end - start) // step))
         else:
-            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+            start, end = _clamp(start, dim, 0, dim - 1), _clamp(end, dim, -1, dim - 1)
             out[axis] = max(0, -(-(start - end) // -step))
         if index is not None and is_static(start) and is_static(end):
             index[axis] = slice(start, end if end >= 0 else None, step)

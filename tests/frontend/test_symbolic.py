@@ -105,6 +105,23 @@ def test_equal_canonical_forms_have_equal_values(x: Expr, y: Expr, env: dict[str
         assert x[1](env) == y[1](env)
 
 
+@settings(max_examples=200, deadline=None)
+@given(exprs(), exprs())
+def test_exact_division_by_a_symbolic_size_recovers_the_factor(x: Expr, y: Expr) -> None:
+    (x, _), (y, _) = x, y
+    try:
+        if not isinstance(y, Dim) or y == 0:
+            return
+    except SymbolicShapeError:
+        return  # y may be 0 at some sizes
+    assert same((x * y) // y, x) and (x * y) % y == 0
+    try:
+        q = (x * y + 1) // y  # exact only where y divides 1 as a polynomial: never
+    except SymbolicShapeError:
+        return
+    raise AssertionError(f"({x * y + 1}) // ({y}) = {q}")
+
+
 def test_examples_of_the_canonical_form() -> None:
     assert same(B * S, S * B) and hash(B * S) == hash(S * B)
     assert same((S * 2) // 2, S)

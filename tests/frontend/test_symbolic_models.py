@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile
@@ -356,3 +358,88 @@ def test_sizes_that_may_differ_do_not_broadcast() -> None:
     with pytest.raises(SymbolicShapeError, match=r"Add.*do not broadcast") as info:
         import_symbolic(m)
     assert info.value.dims == ("seq", "batch")
+
+
+# --- random chains of shape ops ----------------------------------------------------------
+
+
+@st.composite
+def shape_programs(draw: st.DrawFn) -> onnx.ModelProto:
+    """A random chain of ops valid at every size, on x: [batch, seq, 6]: each step knows
+    only the rank, which axes are size 1, and which earlier tensors hold as many elements
+    (for a Reshape to their Shape)."""
+    nodes: list[onnx.NodeProto] = []
+    cur, ones, volume = "x", [False, False, False], 0
+    volumes: dict[int, list[str]] = {0: ["x"]}
+    shapes_ones: dict[str, tuple[bool, ...]] = {"x": (False, False, False)}
+
+    def emit(op: str, inputs: list[str], **attrs: object) -> str:
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def const(values: Sequence[int]) -> str:
+        out = f"c{len(nodes)}"
+        nodes.append(_const(out, values))
+        return out
+
+    for _ in range(draw(st.integers(1, 6))):
+        rank = len(ones)
+        step = draw(st.sampled_from(["transpose", "unsqueeze", "squeeze", "concat", "merge",
+                                     "flatten", "back", "halve", "pad", "zeros"]))  # fmt: skip
+        if step == "transpose":
+            perm = draw(st.permutations(range(rank)))
+            cur, ones = emit("Transpose", [cur], perm=perm), [ones[p] for p in perm]
+        elif step == "unsqueeze" and rank < 5:
+            axis = draw(st.integers(0, rank))
+            cur = emit("Unsqueeze", [cur, const([axis])])
+            ones = [*ones[:axis], True, *ones[axis:]]
+        elif step == "squeeze" and any(ones):
+            axis = ones.index(True)
+            cur, ones = emit("Squeeze", [cur, const([axis])]), ones[:axis] + ones[axis + 1 :]
+        elif step == "concat":
+            axis = draw(st.integers(0, rank - 1))
+            cur, volume = emit("Concat", [cur, cur], axis=axis), volume + 100
+            ones = [o and i != axis for i, o in enumerate(ones)]
+        elif step == "merge" and rank >= 2:  # Reshape [0, ..., 0, -1]
+            cur = emit("Reshape", [cur, const([0] * (rank - 2) + [-1])])
+            ones = [*ones[:-2], ones[-2] and ones[-1]]
+        elif step == "flatten":  # through Shape -> Gather -> Concat
+            first = emit("Gather", [emit("Shape", [cur]), const([0])], axis=0)
+            cur = emit("Reshape", [cur, emit("Concat", [first, const([-1])], axis=0)])
+            ones = [ones[0], all(ones[1:])]
+        elif step == "back" and len(volumes[volume]) > 1:  # Reshape to an earlier Shape
+            earlier = draw(st.sampled_from(volumes[volume][:-1]))
+            cur = emit("Reshape", [cur, emit("Shape", [earlier])])
+            ones = list(shapes_ones[earlier])
+        elif step == "halve":  # x[..., ::2, ...]: ceil(d / 2)
+            axis = draw(st.integers(0, rank - 1))
+            big = const([1 << 40])
+            cur = emit("Slice", [cur, const([0]), big, const([axis]), const([2])])
+            volume += 1000
+        elif step == "pad":  # to a multiple of 4 on one axis, pads from the shape
+            axis = draw(st.integers(0, rank - 1))
+            four = const([4])
+            size = emit("Gather", [emit("Shape", [cur]), const([axis])], axis=0)
+            fill = emit("Mod", [emit("Sub", [four, emit("Mod", [size, four])]), four])
+            before, after = const([0] * (rank + axis)), const([0] * (rank - axis - 1))
+            pads = emit("Concat", [before, fill, after], axis=0)
+            cur, volume = emit("Pad", [cur, pads]), volume + 10000
+            ones[axis] = False
+        elif step == "zeros":  # ConstantOfShape(Shape(x)) + x
+            fill = numpy_helper.from_array(np.zeros(1, np.float32))
+            cur = emit("Add", [cur, emit("ConstantOfShape", [emit("Shape", [cur])], value=fill)])
+        shapes_ones[cur] = tuple(ones)
+        volumes.setdefault(volume, []).append(cur)
+    if cur == "x":
+        cur = emit("Identity", [cur])
+    return model(nodes, {"x": ["batch", "seq", 6]}, {cur: None})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape_programs())
+def test_random_shape_programs_match_onnxruntime(m: onnx.ModelProto) -> None:
+    sym = import_symbolic(m)
+    check_against_ort(
+        m, sym, [{"batch": 1, "seq": 1}, {"batch": 2, "seq": 5}, {"batch": 3, "seq": 6}]
+    )
