@@ -386,7 +386,8 @@ def shape_programs(draw: st.DrawFn) -> onnx.ModelProto:
     for _ in range(draw(st.integers(1, 6))):
         rank = len(ones)
         step = draw(st.sampled_from(["transpose", "unsqueeze", "squeeze", "concat", "merge",
-                                     "flatten", "back", "halve", "pad", "zeros"]))  # fmt: skip
+                                     "flatten", "back", "halve", "pad", "zeros", "expand",
+                                     "range"]))  # fmt: skip
         if step == "transpose":
             perm = draw(st.permutations(range(rank)))
             cur, ones = emit("Transpose", [cur], perm=perm), [ones[p] for p in perm]
@@ -429,6 +430,19 @@ def shape_programs(draw: st.DrawFn) -> onnx.ModelProto:
         elif step == "zeros":  # ConstantOfShape(Shape(x)) + x
             fill = numpy_helper.from_array(np.zeros(1, np.float32))
             cur = emit("Add", [cur, emit("ConstantOfShape", [emit("Shape", [cur])], value=fill)])
+        elif step == "expand":  # a reduced axis broadcast back to the Shape before
+            axis = draw(st.integers(0, rank - 1))
+            summed = emit("ReduceSum", [cur, const([axis])], keepdims=1)
+            cur = emit("Expand", [summed, emit("Shape", [cur])])
+        elif step == "range":  # + Range(0, size of an axis) along that axis
+            axis = draw(st.integers(0, rank - 1))
+            size = emit("Gather", [emit("Shape", [cur]), const(axis)], axis=0)
+            positions = emit("Range", [const(0), size, const(1)])
+            column = emit("Cast", [positions], to=TensorProto.FLOAT)
+            others = [a for a in range(rank) if a != axis]
+            if others:
+                column = emit("Unsqueeze", [column, const(others)])
+            cur = emit("Add", [cur, column])
         shapes_ones[cur] = tuple(ones)
         volumes.setdefault(volume, []).append(cur)
     if cur == "x":
