@@ -152,8 +152,16 @@ class Dim:
     terms: tuple[tuple[Monomial, int], ...]
 
     def __init__(self, terms: tuple[tuple[Monomial, int], ...]) -> None:
-        self.terms = terms
-        self._hash = hash(terms)
+        object.__setattr__(self, "terms", terms)
+        object.__setattr__(self, "_hash", hash(terms))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Dim is immutable")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (Dim, (self.terms,))
 
     @staticmethod
     def param(name: str) -> Dim:

@@ -6,6 +6,7 @@ text evaluates to the same values in isl."""
 from __future__ import annotations
 
 import operator
+import pickle
 from collections.abc import Callable
 
 import islpy as isl
@@ -120,6 +121,14 @@ def test_exact_division_by_a_symbolic_size_recovers_the_factor(x: Expr, y: Expr)
     except SymbolicShapeError:
         return
     raise AssertionError(f"({x * y + 1}) // ({y}) = {q}")
+
+
+def test_dims_are_immutable_values() -> None:
+    d = B * S + (S + 1) // 2
+    with pytest.raises(AttributeError):
+        d.terms = ()  # type: ignore[misc]
+    again = pickle.loads(pickle.dumps(d))
+    assert same(again, d) and hash(again) == hash(d) and {d: 1}[again] == 1
 
 
 def test_examples_of_the_canonical_form() -> None:
