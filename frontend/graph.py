@@ -65,7 +65,8 @@ def readonly(array: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TensorType:
-    """Static shape and dtype (numpy dtype name) of a tensor."""
+    """Static shape and dtype (numpy dtype name) of a tensor. In a graph imported by
+    `symbolic_import.import_symbolic`, a size may be a `symbolic.Dim` (batch, seq*8)."""
 
     shape: tuple[int, ...]
     dtype: str
