@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -26,7 +26,7 @@ import onnx
 from polytile.errors import InputError, PolytileError, ShapeError, SymbolicShapeError
 
 from .graph import Graph, Node, TensorType, readonly
-from .importer import PROPAGATE_LIMIT, _Importer
+from .importer import PROPAGATE_LIMIT, _Importer, import_model
 from .loading import ModelSource, check_model, load_model
 from .ops import OPS, InferContext
 from .symbolic import Dim, DimLike, assume, bounds_of, check_bounds, evaluate_shape
@@ -51,6 +51,8 @@ class SymbolicModel:
     #: every named size, in the order the inputs introduce them
     params: tuple[str, ...]
     bounds: Mapping[str, tuple[int, int]]
+    #: the model it was imported from (for `specialize`)
+    model: onnx.ModelProto = field(repr=False, compare=False, default_factory=onnx.ModelProto)
 
     def shapes(self) -> dict[str, Shape]:
         """Every tensor's shape (graph inputs, constants, node outputs)."""
@@ -71,6 +73,13 @@ class SymbolicModel:
             if not lo <= sizes[name] <= hi:
                 raise InputError(f"size {name}={sizes[name]} is outside its bounds [{lo}, {hi}]")
         return {name: evaluate_shape(s, sizes) for name, s in self.shapes().items()}
+
+    def specialize(self, sizes: Mapping[str, int]) -> Graph:
+        """The statically shaped graph at these sizes, imported by `import_model` (the
+        specialization a compile falls back to where a kernel cannot stay symbolic)."""
+        self.evaluate(sizes)  # checks the sizes
+        given = {i: evaluate_shape(self.graph.types[i].shape, sizes) for i in self.graph.inputs}
+        return import_model(self.model, input_shapes=given, name=self.graph.name)
 
 
 def import_symbolic(
@@ -100,6 +109,7 @@ def import_symbolic(
         MappingProxyType(dict(importer.symbolic)),
         tuple(importer.params),
         MappingProxyType({p: checked.get(p, bounds_of(p)) for p in importer.params}),
+        model,
     )
 
 

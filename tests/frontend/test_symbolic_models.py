@@ -6,6 +6,7 @@ each folded shape op."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import islpy as isl
@@ -67,6 +68,13 @@ def check_against_ort(
 
 # --- the zoo's symbolic models -----------------------------------------------------------
 
+
+@functools.cache
+def _zoo(name: str) -> onnx.ModelProto:
+    """zoo.build once per run (callers copy before changing it)."""
+    return zoo.build(name)
+
+
 ZOO = {
     # BERT slices its 512 position ids by seq: it is defined for seq <= 512 only
     "bert_small__dyn": ({"seq": (1, 512)}, [(1, 1), (2, 7), (4, 64)]),
@@ -79,7 +87,7 @@ ZOO = {
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_symbolic_models_match_onnxruntime(name: str) -> None:
     bounds, grid = ZOO[name]
-    m = zoo.build(name)
+    m = _zoo(name)
     sym = import_symbolic(m, bounds=bounds)
     assert sym.params == zoo.model_info(name).symbolic
     sizes = [dict(zip(sym.params, point, strict=True)) for point in grid]
@@ -92,7 +100,7 @@ def test_zoo_symbolic_models_match_onnxruntime(name: str) -> None:
 
 
 def test_resnet_over_symbolic_image_sizes() -> None:
-    m = onnx.ModelProto.FromString(zoo.build("resnet34__dyn").SerializeToString())
+    m = onnx.ModelProto.FromString(_zoo("resnet34__dyn").SerializeToString())
     for dim, name in zip(m.graph.input[0].type.tensor_type.shape.dim[2:], "hw", strict=True):
         dim.dim_param = name  # so that onnxruntime takes (and random_inputs makes) any size
     sym = import_symbolic(m)
@@ -101,9 +109,22 @@ def test_resnet_over_symbolic_image_sizes() -> None:
     assert str(sym.shapes()[output]) == "(batch, 1000)"
 
 
+@pytest.mark.parametrize("name", ["bert_small__dyn", "gpt2_2l__dyn", "llama_small__dyn"])
+def test_symbolic_shapes_agree_with_the_static_importer(name: str) -> None:
+    """The static import at concrete sizes is a second oracle, tensor by tensor (the
+    canonical nodes and constants included, which onnxruntime never sees)."""
+    sym = import_symbolic(_zoo(name), bounds=ZOO[name][0])
+    for batch, seq in [(1, 1), (3, 33)]:
+        sizes = {"batch": batch, "seq": seq}
+        static = sym.specialize(sizes)
+        shapes = sym.evaluate(sizes)
+        assert static.types.keys() == sym.graph.types.keys()
+        assert all(static.types[t].shape == shapes[t] for t in static.types)
+
+
 def test_bert_without_bounds_names_the_slice_and_the_bound_it_needs() -> None:
     with pytest.raises(SymbolicShapeError, match=r"Slice.*seq': \(1, 512\)") as info:
-        import_symbolic(zoo.build("bert_small__dyn"))
+        import_symbolic(_zoo("bert_small__dyn"))
     assert info.value.dims == ("seq",) and "Slice" in info.value.node
 
 
@@ -300,7 +321,7 @@ def test_unnamed_and_oddly_named_dims_become_identifiers() -> None:
 
 
 def test_static_models_are_imported_exactly_as_before() -> None:
-    m = zoo.build("mlp")
+    m = _zoo("mlp")
     assert import_symbolic(m).graph.types == import_model(m).types
     nodes = [_const("s", [0, -1]), helper.make_node("Reshape", ["x", "s"], ["y"])]
     m = model(nodes, {"x": ["batch", 5, 8]}, {"y": None})
