@@ -74,6 +74,36 @@ class SymbolicModel:
                 raise InputError(f"size {name}={sizes[name]} is outside its bounds [{lo}, {hi}]")
         return {name: evaluate_shape(s, sizes) for name, s in self.shapes().items()}
 
+    def bind(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+        """The sizes that concrete input shapes (each feed's `.shape`) give, checked: each
+        input has its rank and static sizes, a size on several axes has one value, and
+        every size lies within its bounds."""
+        sizes: dict[str, int] = {}
+        seen: dict[str, str] = {}
+        for name in self.graph.inputs:
+            if name not in shapes:
+                raise InputError(f"bind needs the shape of input '{name}'")
+            declared, actual = self.graph.types[name].shape, tuple(shapes[name])
+            if len(actual) != len(declared):
+                raise InputError(
+                    f"input '{name}' has shape {list(actual)}, rank {len(actual)}; the model "
+                    f"takes rank {len(declared)} ({list(declared)})"
+                )
+            for axis, (want, got) in enumerate(zip(declared, actual, strict=True)):
+                where = f"axis {axis} of input '{name}'"
+                if not isinstance(want, Dim):
+                    if want != got:
+                        raise InputError(f"{where} has size {got}, the model takes {want}")
+                    continue
+                (param,) = want.params  # inputs carry single named sizes
+                if sizes.setdefault(param, int(got)) != got:
+                    raise InputError(
+                        f"{where} has size {got}, but {seen[param]} gave {param} = {sizes[param]}"
+                    )
+                seen.setdefault(param, where)
+        self.evaluate(sizes)  # checks the bounds
+        return sizes
+
     def specialize(self, sizes: Mapping[str, int]) -> Graph:
         """The statically shaped graph at these sizes, imported by `import_model` (the
         specialization a compile falls back to where a kernel cannot stay symbolic)."""

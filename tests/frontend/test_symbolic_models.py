@@ -320,6 +320,19 @@ def test_unnamed_and_oddly_named_dims_become_identifiers() -> None:
         import_symbolic(clash)
 
 
+def test_bind_reads_the_sizes_from_input_shapes() -> None:
+    sym = import_symbolic(_zoo("bert_small__dyn"), bounds={"seq": (1, 512)})
+    feeds = {"input_ids": (2, 7), "attention_mask": (2, 7)}
+    assert sym.bind(feeds) == {"batch": 2, "seq": 7}
+    mismatch = r"'attention_mask' has size 8, but axis 1 of input 'input_ids' gave seq = 7"
+    with pytest.raises(InputError, match=mismatch):
+        sym.bind({"input_ids": (2, 7), "attention_mask": (2, 8)})
+    with pytest.raises(InputError, match="outside its bounds"):
+        sym.bind({"input_ids": (2, 513), "attention_mask": (2, 513)})
+    with pytest.raises(InputError, match="rank"):
+        sym.bind({"input_ids": (2, 7, 1), "attention_mask": (2, 7)})
+
+
 def test_static_models_are_imported_exactly_as_before() -> None:
     m = _zoo("mlp")
     assert import_symbolic(m).graph.types == import_model(m).types
