@@ -333,6 +333,26 @@ def test_bind_reads_the_sizes_from_input_shapes() -> None:
         sym.bind({"input_ids": (2, 7, 1), "attention_mask": (2, 7)})
 
 
+def test_bad_input_shapes_and_bounds_are_input_errors() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    m = model(nodes, {"x": ["batch", 4]}, {"y": None})
+    for shapes, match in [
+        ({"x": ("batch",)}, "rank 1"),
+        ({"x": ("batch", 5)}, "declares 4"),
+        ({"x": ("batch", -4)}, "non-negative"),
+        ({"x": "batch"}, "sequence"),
+        ({"z": ("batch", 4)}, "not an input"),
+    ]:
+        with pytest.raises(InputError, match=match):
+            import_symbolic(m, input_shapes=shapes)
+    with pytest.raises(InputError, match="bounds name seq"):
+        import_symbolic(m, bounds={"seq": (1, 8)})
+    with pytest.raises(InputError, match="1 <= lo <= hi"):
+        import_symbolic(m, bounds={"batch": (0, 8)})
+    with pytest.raises(InputError, match="outside its bounds"):
+        import_symbolic(m, bounds={"batch": (1, 8)}).evaluate({"batch": 9})
+
+
 def test_static_models_are_imported_exactly_as_before() -> None:
     m = _zoo("mlp")
     assert import_symbolic(m).graph.types == import_model(m).types
