@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -58,9 +59,14 @@ class SymbolicModel:
         """Every tensor's shape (graph inputs, constants, node outputs)."""
         return {name: t.shape for name, t in self.graph.types.items()}
 
+    def assumed(self) -> AbstractContextManager[None]:
+        """A block in which comparisons of the model's sizes are decided under its bounds
+        (outside, every size is in [1, MAX_DIM])."""
+        return assume(self.bounds)
+
     def isl_shape(self, tensor: str) -> IslForm:
         """The tensor's shape as isl expressions, its context holding the model's bounds."""
-        with assume(self.bounds):
+        with self.assumed():
             return to_isl(self.graph.types[tensor].shape)
 
     def evaluate(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:

@@ -349,8 +349,14 @@ def test_bad_input_shapes_and_bounds_are_input_errors() -> None:
         import_symbolic(m, bounds={"seq": (1, 8)})
     with pytest.raises(InputError, match="1 <= lo <= hi"):
         import_symbolic(m, bounds={"batch": (0, 8)})
+    bounded = import_symbolic(m, bounds={"batch": (1, 8)})
     with pytest.raises(InputError, match="outside its bounds"):
-        import_symbolic(m, bounds={"batch": (1, 8)}).evaluate({"batch": 9})
+        bounded.evaluate({"batch": 9})
+    batch = bounded.shapes()["y"][0]
+    with pytest.raises(SymbolicShapeError):
+        _ = batch <= 8
+    with bounded.assumed():
+        assert batch <= 8
 
 
 def test_static_models_are_imported_exactly_as_before() -> None:
