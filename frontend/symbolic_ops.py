@@ -321,6 +321,49 @@ def _trilu(ctx: SymbolicContext) -> tuple[TensorType, ...]:
     return OPS["Trilu"].infer(ctx)
 
 
+def _symbolic(ctx: SymbolicContext, index: int) -> bool:
+    value = ctx.full_value(index)
+    return value is not None and value.dtype == object
+
+
+@_type_rule("TopK")
+def _topk(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """A symbolic k (the whole axis, k = seq); a static k keeps the registry's rule."""
+    if not _symbolic(ctx, 1):
+        return OPS["TopK"].infer(ctx)
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr_int("axis", -1), len(shape)) if shape else 0
+    k = _scalar_dim(ctx, 1, "k")
+    if not 0 <= k <= shape[axis]:
+        raise ctx.error(f"k = {k} is out of range for axis {axis} of size {shape[axis]}")
+    static = ctx.with_types({0: TensorType((1,) * len(shape), ctx.dtype(0))})
+    values, indices = OPS["TopK"].infer(static.with_values({1: np.ones(1, dtype=np.int64)}))
+    out = (*shape[:axis], k, *shape[axis + 1 :])
+    return TensorType(out, values.dtype), TensorType(out, indices.dtype)
+
+
+@_type_rule("Split")
+def _split(ctx: SymbolicContext) -> tuple[TensorType, ...]:
+    """Symbolic split sizes; static ones (or equal parts) keep the registry's rule."""
+    if not _symbolic(ctx, 1):
+        return OPS["Split"].infer(ctx)
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr_int("axis", 0), len(shape))
+    sizes = ctx.dims(1, "split sizes")
+    parts = len(ctx.node.outputs)
+    if len(sizes) != parts or any(s < 0 for s in sizes) or sum(sizes) != shape[axis]:
+        raise ctx.error(
+            f"split sizes {list(sizes)} are not {parts} non-negative sizes summing to "
+            f"{shape[axis]} (axis {axis} of shape {list(shape)})"
+        )
+    placeholder = tuple(parts if a == axis else 1 for a in range(len(shape)))
+    static = ctx.with_types({0: TensorType(placeholder, ctx.dtype(0))})
+    OPS["Split"].infer(static.with_values({1: np.ones(parts, dtype=np.int64)}))
+    return tuple(
+        TensorType((*shape[:axis], size, *shape[axis + 1 :]), ctx.dtype(0)) for size in sizes
+    )
+
+
 # --- values ------------------------------------------------------------------------------
 
 #: (context, input values, output types) -> output values (object arrays allowed)

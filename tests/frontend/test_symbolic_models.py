@@ -295,6 +295,22 @@ def test_pad_to_a_multiple_of_a_window_and_a_causal_trilu() -> None:
     assert same(sym.shapes()["padded"][1], s + (4 - s % 4) % 4)
 
 
+def test_topk_of_a_whole_axis_and_split_by_symbolic_sizes() -> None:
+    nodes = [
+        *_seq_of("x", "k"),  # [seq]
+        helper.make_node("TopK", ["x", "k"], ["top", "where"], axis=1),
+        _const("one", [1]),
+        helper.make_node("Sub", ["k", "one"], ["rest"]),
+        helper.make_node("Concat", ["one", "rest"], ["sizes"], axis=0),
+        helper.make_node("Split", ["x", "sizes"], ["head", "tail"], axis=1),
+    ]
+    outs = {"top": None, "where": None, "head": None, "tail": None}
+    m = model(nodes, {"x": ["batch", "seq", 6]}, outs)
+    sym = _check(m, [{"batch": 2, "seq": 1}, {"batch": 1, "seq": 5}])
+    s = Dim.param("seq")
+    assert same(sym.shapes()["top"][1], s) and same(sym.shapes()["tail"][1], s - 1)
+
+
 def _const_float(name: str, values: Sequence[float]) -> onnx.NodeProto:
     tensor = numpy_helper.from_array(np.asarray(values, dtype=np.float32), name)
     return helper.make_node("Constant", [], [name], value=tensor)
@@ -389,10 +405,15 @@ def test_reshape_into_pairs_of_an_odd_count_is_refused() -> None:
 
 
 def test_an_op_needing_a_static_value_names_node_and_op() -> None:
-    nodes = [*_seq_of("x", "k"), helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)]
-    m = model(nodes, {"x": [2, "seq"]}, {"v": None, "i": None})
-    with pytest.raises(SymbolicShapeError, match=r"TopK.*symbolic value"):
+    nodes = [
+        *_seq_of("x", "depth"),
+        _const_float("values", [0, 1]),
+        helper.make_node("OneHot", ["x", "depth", "values"], ["y"]),  # depth = seq
+    ]
+    m = model(nodes, {"x": [2, "seq"]}, {"y": None})
+    with pytest.raises(SymbolicShapeError, match=r"OneHot.*symbolic value \[seq\]") as info:
         import_symbolic(m)
+    assert info.value.node == "OneHot_4" and info.value.dims == ("seq",)
 
 
 def test_a_size_through_floats_names_where_folding_stopped() -> None:
