@@ -39,9 +39,9 @@ import numpy as np
 from polytile.errors import InputError, SymbolicShapeError
 
 __all__ = [
-    "MAX_DIM", "Dim", "DimLike", "FloorDiv", "Monomial", "Param", "assume", "atom_text",
-    "bounds_of", "check_bounds", "evaluate_shape", "is_static", "names_of", "parse_dim", "same",
-    "terms_of", "value_range",
+    "ISL_KEYWORDS", "MAX_DIM", "Dim", "DimLike", "FloorDiv", "Monomial", "Param", "assume",
+    "atom_text", "bounds_of", "check_bounds", "evaluate_shape", "is_static", "names_of",
+    "parse_dim", "same", "terms_of", "value_range",
 ]  # fmt: skip
 
 #: the largest value a parameter may take unless bounded tighter: the most elements

@@ -15,6 +15,7 @@ the sizes: the point where a compile may fall back to a specialization.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -30,7 +31,15 @@ from .graph import Graph, Node, TensorType, readonly
 from .importer import PROPAGATE_LIMIT, _Importer, import_model
 from .loading import ModelSource, check_model, load_model
 from .ops import OPS, InferContext
-from .symbolic import Dim, DimLike, assume, bounds_of, check_bounds, evaluate_shape
+from .symbolic import (
+    ISL_KEYWORDS,
+    Dim,
+    DimLike,
+    assume,
+    bounds_of,
+    check_bounds,
+    evaluate_shape,
+)
 from .symbolic_isl import IslForm, to_isl
 from .symbolic_ops import TYPE_RULES, VALUE_RULES, SymbolicContext, has_dim, settle
 
@@ -131,7 +140,7 @@ def import_symbolic(
     name = name or display
     opset = check_model(model, name)
     checked = check_bounds(dict(bounds or {}))
-    importer = _SymbolicImporter(model, name, opset, dict(input_shapes or {}), checked)
+    importer = _SymbolicImporter(model, name, opset, dict(input_shapes or {}))
     with assume(checked):
         graph = importer.run()
     unknown = sorted(set(checked) - set(importer.params))
@@ -159,9 +168,11 @@ def symbolic_shapes(
 
 
 def _identifier(raw: str) -> str:
-    """An ONNX dim_param as a size name isl accepts (letters, digits, '_')."""
-    name = re.sub(r"\W", "_", raw)
-    return f"_{name}" if not name or name[0].isdigit() else name
+    """An ONNX dim_param as a size name isl accepts: ASCII letters, digits and '_', not
+    starting with a digit, and not a reserved word ('max' becomes 'max_')."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", raw)
+    name = f"_{name}" if not name or name[0].isdigit() else name
+    return f"{name}_" if name in ISL_KEYWORDS or keyword.iskeyword(name) else name
 
 
 class _SymbolicImporter(_Importer):
@@ -171,11 +182,9 @@ class _SymbolicImporter(_Importer):
         name: str,
         opset: int,
         given: dict[str, Sequence[GivenDim]],
-        bounds: dict[str, tuple[int, int]],
     ) -> None:
         super().__init__(model, name, opset, {}, {})
         self.input_shapes = {k: self._check_given(k, v) for k, v in given.items()}
-        self.bounds = bounds
         #: size name -> the raw name it came from (dim_param, or input and axis)
         self.params: dict[str, str] = {}
         #: tensors whose values depend on the sizes (object arrays of ints and Dims)

@@ -327,10 +327,12 @@ def test_user_named_sizes_and_the_public_entry_point() -> None:
 
 def test_unnamed_and_oddly_named_dims_become_identifiers() -> None:
     nodes = [helper.make_node("Concat", ["x", "y"], ["z"], axis=1)]
-    m = model(nodes, {"x": ["batch size", "2d"], "y": ["batch size", None]}, {"z": None})
+    m = model(nodes, {"x": ["batch size", "2d"], "y": ["batch size", "max"]}, {"z": None})
     sym = import_symbolic(m)
-    assert sym.params == ("batch_size", "_2d", "y_1")
-    assert str(sym.shapes()["z"]) == "(batch_size, _2d + y_1)"
+    assert sym.params == ("batch_size", "_2d", "max_")
+    assert str(sym.shapes()["z"]) == "(batch_size, _2d + max_)"
+    m = model(nodes, {"x": ["b", 2], "y": ["b", None]}, {"z": None})
+    assert str(polytile.symbolic_shapes(m)["z"]) == "(b, y_1 + 2)"
     clash = model(nodes, {"x": ["a-b", 3], "y": ["a_b", 3]}, {"z": None})
     with pytest.raises(InputError, match="'a-b' and 'a_b' both become 'a_b'"):
         import_symbolic(clash)
