@@ -44,6 +44,7 @@ from .loading import (
 )
 from .onnx_io import attribute_value, constant_arrays, onnx_to_dtype
 from .ops import OPS, InferContext
+from .symbolic import Dim
 
 #: the opset the graph IR is expressed in (at least; newer models keep their opset)
 CANONICAL_OPSET = 21
@@ -446,8 +447,11 @@ class _Importer:
                 continue
             inferred = self.types[value.name].shape
             declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            # a symbolic size (`symbolic.Dim`, where the caller made a size symbolic) may
+            # differ from what the exporter wrote
             if len(declared) != len(inferred) or any(
-                d is not None and d != s for d, s in zip(declared, inferred, strict=False)
+                d is not None and not isinstance(s, Dim) and d != s
+                for d, s in zip(declared, inferred, strict=False)
             ):
                 raise ShapeError(
                     f"output '{value.name}' of model '{self.name}' is declared with shape "

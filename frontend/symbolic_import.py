@@ -378,26 +378,6 @@ class _SymbolicImporter(_Importer):
             else:
                 self.values[out] = readonly(value.astype(t.dtype, copy=False))
 
-    def _check_declared_outputs(self) -> None:
-        """Declared static output sizes must agree with static inferred ones (a size the
-        caller made symbolic may differ from what the exporter wrote)."""
-        for value in self.model.graph.output:
-            if value.name not in self.types:
-                raise ShapeError(f"output '{value.name}' of model '{self.name}' is never produced")
-            ttype = value.type.tensor_type
-            if not ttype.HasField("shape"):
-                continue
-            inferred = self.types[value.name].shape
-            declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
-            if len(declared) != len(inferred) or any(
-                d is not None and not isinstance(s, Dim) and d != s
-                for d, s in zip(declared, inferred, strict=False)
-            ):
-                raise ShapeError(
-                    f"output '{value.name}' of model '{self.name}' is declared with shape "
-                    f"{declared} but has shape {list(inferred)}"
-                )
-
 
 def _at_node(exc: SymbolicShapeError, ctx: InferContext) -> SymbolicShapeError:
     """The error with the node (name, op and model) it happened at."""
