@@ -71,20 +71,24 @@ __all__ = [
 ]
 
 
-def _check_shape(name: str, shape: object, model: str) -> tuple[int, ...]:
-    """An `input_shapes` entry as a tuple of non-negative ints, or a clear InputError."""
+def _check_shape(
+    name: str, shape: object, model: str, names: bool = False
+) -> tuple[int | str, ...]:
+    """An `input_shapes` entry as a tuple of non-negative ints (and, with `names`, size
+    names: a symbolic import's `("batch", "seq")`), or a clear InputError."""
+    allowed = "non-negative integers and size names" if names else "non-negative integers"
     bad = InputError(
-        f"input_shapes['{name}'] for model '{model}' must be a sequence of non-negative "
-        f"integers, got {shape!r}"
+        f"input_shapes['{name}'] for model '{model}' must be a sequence of {allowed}, got {shape!r}"
     )
     if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
         raise bad
     dims = list(shape)  # type: ignore[call-overload]
-    if not all(
-        isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in dims
-    ):
-        raise bad
-    return tuple(int(d) for d in dims)
+    for d in dims:
+        if names and isinstance(d, str):
+            continue
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+            raise bad
+    return tuple(d if isinstance(d, str) else int(d) for d in dims)
 
 
 def import_model(

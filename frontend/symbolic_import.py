@@ -28,7 +28,7 @@ import onnx
 from polytile.errors import InputError, PolytileError, ShapeError, SymbolicShapeError
 
 from .graph import Graph, Node, TensorType, readonly
-from .importer import PROPAGATE_LIMIT, _Importer, import_model
+from .importer import PROPAGATE_LIMIT, _check_shape, _Importer, import_model
 from .loading import ModelSource, check_model, load_model
 from .ops import OPS, InferContext
 from .symbolic import (
@@ -184,28 +184,13 @@ class _SymbolicImporter(_Importer):
         given: dict[str, Sequence[GivenDim]],
     ) -> None:
         super().__init__(model, name, opset, {}, {})
-        self.input_shapes = {k: self._check_given(k, v) for k, v in given.items()}
+        self.input_shapes = {k: _check_shape(k, v, name, names=True) for k, v in given.items()}
         #: size name -> the raw name it came from (dim_param, or input and axis)
         self.params: dict[str, str] = {}
         #: tensors whose values depend on the sizes (object arrays of ints and Dims)
         self.symbolic: dict[str, np.ndarray] = {}
         #: tensors whose value could not be folded symbolically -> why
         self.unfolded: dict[str, str] = {}
-
-    def _check_given(self, name: str, shape: object) -> tuple[GivenDim, ...]:
-        bad = InputError(
-            f"input_shapes['{name}'] for model '{self.name}' must be a sequence of "
-            f"non-negative integers and size names, got {shape!r}"
-        )
-        if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
-            raise bad
-        dims = list(shape)  # type: ignore[call-overload]
-        for d in dims:
-            if isinstance(d, bool) or not isinstance(d, int | np.integer | str):
-                raise bad
-            if isinstance(d, int | np.integer) and d < 0:
-                raise bad
-        return tuple(d if isinstance(d, str) else int(d) for d in dims)
 
     def _param(self, raw: str) -> Dim:
         name = _identifier(raw)
