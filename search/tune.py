@@ -8,8 +8,9 @@ every task: it is the baseline and the reference every candidate's outputs are c
 against.
 
 - Task scheduling (Ansor's gradient allocation): a round-robin warm-up gives every task
-  its baseline and one batch; then, with probability `task_epsilon` a random task, else
-  the task whose next trials are expected to shorten the model most:
+  its baseline and one batch (an equal share of the trials instead, when they cannot
+  pay a batch for every task: `round_budget`); then, with probability `task_epsilon` a
+  random task, else the task whose next trials are expected to shorten the model most:
   weight × (α × the recent slope of its best latency + (1 − α) × an optimistic guess,
   min(−latency / trials, β × FLOPs / best throughput of its kind − latency)).
 - Evolutionary strategy: the population holds the measured candidates (those of earlier
@@ -371,6 +372,16 @@ class Tuner:
         has been measured)."""
         return sum(s.task.weight * s.latency for s in self.states)
 
+    def round_budget(self, state: TaskState, budget: int) -> int:
+        """The trials `state`'s next round may take of the `budget` left. A warm-up round
+        takes an equal share among the tasks still waiting for theirs (at least one: the
+        baseline), so that a budget smaller than a batch per task still measures every
+        task's default before the gradient allocates the rest."""
+        waiting = sum(1 for s in self.states if not s.done and s.rounds == 0)
+        if state.rounds == 0 and waiting:
+            return min(budget, max(1, budget // waiting))
+        return budget
+
     def next_task(self) -> TaskState | None:
         live = [s for s in self.states if not s.done]
         if not live:
@@ -592,7 +603,7 @@ def _search(
             state = tuner.next_task()
             if state is None:
                 break
-            done = tuner.run_round(measurer, state, search - used)
+            done = tuner.run_round(measurer, state, tuner.round_budget(state, search - used))
             used += len(done)
             if bar is not None:
                 bar.update(len(done))

@@ -3,6 +3,7 @@ applies the best verified record per workload (and ignores another target's)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -408,3 +409,32 @@ def test_the_tuners_hint_decisions_start_from_its_targets_choices(tmp_path: Path
     tuner = Tuner(extract_tasks(model()), RecordFile(tmp_path / "r.jsonl"), target, 0,
                   model=RandomModel(0), measure=HERE)  # fmt: skip
     assert {s.space.machine.input_ahead for s in tuner.states} == {ahead}
+
+
+def test_a_budget_below_a_batch_per_task_still_measures_every_default(tmp_path: Path) -> None:
+    """Four tasks, a batch of 8 and 10 trials: the warm-up shares the trials (2 or 3 a
+    task) instead of spending two batches on two tasks, so every task has its baseline
+    and the model's estimate is known."""
+    rng = np.random.default_rng(3)
+    widths = (16, 24, 40, 32, 8)
+    nodes, inits, x = [], [], "x"
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
+        w = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"]))
+        x = f"r{i}"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, widths[0]])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
+    chain = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert len(extract_tasks(chain)) == 4
+    result = tune(chain, trials=10, records=str(tmp_path / "r.jsonl"), batch=8,
+                  progress=False, measure=HERE)  # fmt: skip
+    assert result.trials == 10
+    assert all(t.trials >= 2 for t in result.tasks), [t.trials for t in result.tasks]
+    assert np.isfinite(result.estimated_ms(tuned=True))
