@@ -364,7 +364,9 @@ class Tuner:
         slope = (latency - history[-1 - window]) / window if window > 0 else 0.0
         kin = [s for s in self.states if s.task.kind == state.task.kind and s.best is not None]
         speed = max(s.task.flops / s.latency for s in kin)
-        optimistic = min(-latency / trials, BETA * state.task.flops / speed - latency)
+        optimistic = -latency / trials
+        if speed > 0:  # tasks that only move data (no FLOPs) have no throughput to reach
+            optimistic = min(optimistic, BETA * state.task.flops / speed - latency)
         return state.task.weight * (ALPHA * slope + (1 - ALPHA) * optimistic)
 
     def estimate(self) -> float:

@@ -252,7 +252,7 @@ def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> No
 
     from polytile.codegen.target import host
     from polytile.search.records import Record
-    from polytile.search.tune import Tuner
+    from polytile.search.tune import ALPHA, Tuner
 
     (task,) = extract_tasks(model())
     tasks = [task, replace(task, index=1, weight=4)]
@@ -282,6 +282,16 @@ def test_task_scheduler_warms_up_then_follows_the_gradient(tmp_path: Path) -> No
     measure(second, [1e-3] * 16)
     assert first.latency == second.latency and first.trials == second.trials
     assert tuner.gradient(first) < tuner.gradient(second)
+    assert tuner.next_task() is first
+    # tasks that only move data (a transpose: no FLOPs) have no throughput to reach; the
+    # gradient falls back to the latency per trial instead of dividing by zero
+    data = replace(task, index=2, kind="injective", flops=0)
+    tuner = Tuner([data, replace(data, index=3)], RecordFile(tmp_path / "r.jsonl"), host(),
+                  0, task_epsilon=0.0, measure=HERE)  # fmt: skip
+    first, second = tuner.states
+    measure(first, [2e-3] * 4)
+    measure(second, [1e-3] * 4)
+    assert tuner.gradient(first) == pytest.approx((1 - ALPHA) * -2e-3 / 4)  # flat: no slope
     assert tuner.next_task() is first
 
 
