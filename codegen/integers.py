@@ -136,11 +136,11 @@ class Integers:
         b = self.b
         if isinstance(e, Op):
             if e.op in _COMPARE:
-                x, y = (self.expr(a, env) for a in e.args)
-                terms, const = _sum(self.form(x), _scaled(self.form(y), -1))
-                if not terms:
+                fx, fy = (self._form_of(a, env) for a in e.args)
+                terms, const = _sum(fx, _scaled(fy, -1))
+                if not terms:  # decided: neither side is built
                     return ir.Constant(I1, int(_HOLDS[e.op](const)))
-                return b.icmp_signed(_COMPARE[e.op], x, y)
+                return b.icmp_signed(_COMPARE[e.op], self.value(fx), self.value(fy))
             if e.op in ("and", "or"):
                 parts = [self.cond(a, env) for a in e.args]
                 join = b.and_ if e.op == "and" else b.or_
