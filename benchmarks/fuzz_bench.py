@@ -27,7 +27,14 @@ allowance (`worst_ok`), which shows the margin.
 Samples run in worker processes (forked after the kernels are lowered), each sample
 under a time limit: a crash in native code or a hang costs a worker, not the campaign.
 
-    python benchmarks/fuzz_bench.py [--samples 10000] [--seed 0] [--jobs 1]
+A campaign runs in shards: each finished sample is one line of a journal
+(fuzz-CPU.jsonl, see `read_journal`); `--resume` skips the journaled samples, and the
+summary is always made from the whole journal. Samples are deterministic by (seed,
+index), so shards reach what one uninterrupted run would. SIGINT / SIGTERM stop a run
+cleanly (the samples under way are dropped and run again on resuming).
+
+    python benchmarks/fuzz_bench.py [--samples 10000] [--seed 0] [--jobs 1] [--resume]
+    python benchmarks/fuzz_bench.py --summary   # rewrite fuzz-CPU.{json,md} from the journal
     python benchmarks/fuzz_bench.py --models squeezenet bert_small --samples 500
     python benchmarks/fuzz_bench.py --replay benchmarks/results/fuzz-znver4.json
 """
@@ -40,10 +47,11 @@ import json
 import math
 import multiprocessing
 import random
+import signal
 import time
 import traceback
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -54,7 +62,7 @@ import numpy as np
 from polytile.codegen.configs import default_config
 from polytile.codegen.native import NativeKernel, random_inputs
 from polytile.codegen.target import Target, host, machine_choices
-from polytile.errors import IllegalSchedule
+from polytile.errors import IllegalSchedule, InputError
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.oracle.reference import run_program_order
@@ -275,6 +283,10 @@ class Sampler:
 
 
 def _worker(sampler: Sampler, conn: Connection, recycle: int) -> None:
+    # the campaign's process decides when to stop; a Ctrl-C to the group must not kill a
+    # worker mid-sample before the parent has written its journal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for _ in range(recycle):
         index = conn.recv()
         if index is None:
@@ -313,11 +325,14 @@ class Pool:
         proc.join(5)
         conn.close()
 
-    def run(self, indices: Sequence[int], deadline: float) -> Any:
+    def run(
+        self, indices: Sequence[int], deadline: float, stop: Callable[[], bool] = lambda: False
+    ) -> Any:
         """Yields (index, kernel, outcome dict) as samples finish; stops handing out
-        samples after `deadline` (time.monotonic())."""
+        samples after `deadline` (time.monotonic()), and returns at once, abandoning the
+        samples under way, when `stop()` says so."""
         todo = list(reversed(indices))
-        while todo or self.busy:
+        while (todo or self.busy) and not stop():
             while todo and time.monotonic() < deadline and len(self.busy) < self.jobs:
                 idle = [c for c in self.workers if c not in self.busy]
                 conn = idle[0] if idle else self._start()
@@ -340,6 +355,8 @@ class Pool:
                     code = self.workers[conn][0].exitcode
                     self._stop(conn, kill=True)
                     yield index, k, asdict(Outcome("crash", f"the worker died (exit {code})"))
+                if stop():
+                    return
             now = time.monotonic()
             for conn, (index, start, k) in list(self.busy.items()):
                 if now - start > self.timeout:
@@ -349,10 +366,123 @@ class Pool:
                     yield index, k, asdict(Outcome("crash", message))
 
     def close(self) -> None:
+        """Stops the workers; busy ones are killed (their samples stay unjournaled)."""
         for conn in list(self.workers):
-            with contextlib.suppress(OSError):
-                conn.send(None)
-            self._stop(conn, kill=False)
+            busy = self.busy.pop(conn, None) is not None
+            if not busy:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+            self._stop(conn, kill=busy)
+
+
+# --- the journal: line 1 the settings, then a line per run ({"run": r, ...}: date, commit,
+# workers), per finished sample ({"sample": i, "run": r, "t": seconds into the run, ...})
+# and, when a run stops cleanly, {"run_end": r, "seconds": s}. A run killed mid-write
+# leaves a last line without its newline: reading ignores it, resuming cuts it off.
+
+#: the journal's format; a journal of another version is not resumed
+JOURNAL_VERSION = 1
+#: characters of a refusal's message the journal keeps (the summary does not list them)
+REFUSAL_CHARS = 300
+
+
+def journal_settings(
+    kernels: Sequence[FuzzKernel], models: Sequence[str], max_elements: int, seed: int
+) -> dict[str, Any]:
+    """What a journal's samples depend on: resuming with any other settings (or kernels
+    lowered differently, which would change what each sample index picks) is refused."""
+    kernel_list = [{"model": k.model, "kind": k.kind, "elements": k.elements,
+                    "workload": k.key} for k in kernels]  # fmt: skip
+    return {"journal": "fuzz", "version": JOURNAL_VERSION, "seed": seed, "models": list(models),
+            "max_elements": max_elements, "rtol": RTOL, "atol": ATOL, "mutations": MUTATIONS,
+            "kernel_list": kernel_list}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A journal read back: its settings, runs, samples (by index) and the length of its
+    whole lines (what resuming keeps)."""
+
+    settings: dict[str, Any]
+    runs: list[dict[str, Any]]
+    samples: dict[int, dict[str, Any]]
+    size: int
+
+
+def read_journal(path: Path) -> Journal | None:
+    """The journal at `path` (None when there is none); a torn last line is ignored, a
+    malformed line before it is an error."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    data = path.read_bytes()
+    size = data.rfind(b"\n") + 1
+    runs: list[dict[str, Any]] = []
+    ends: dict[int, float] = {}
+    samples: dict[int, dict[str, Any]] = {}
+    settings: dict[str, Any] | None = None
+    for number, line in enumerate(data[:size].splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"fuzz journal {path}: line {number} is not JSON ({err})") from None
+        if settings is None:
+            if record.get("journal") != "fuzz":
+                raise InputError(f"fuzz journal {path}: line 1 holds no fuzz settings")
+            settings = record
+        elif "sample" in record:
+            samples.setdefault(record["sample"], record)
+        elif "run_end" in record:
+            ends[record["run_end"]] = record["seconds"]
+        elif "run" in record:
+            runs.append(record)
+    if settings is None:  # only a torn first line: nothing was journaled
+        return None
+    for run in runs:
+        last = max((s["t"] for s in samples.values() if s["run"] == run["run"]), default=0.0)
+        run["seconds"] = ends.get(run["run"], last)
+    return Journal(settings, runs, samples, size)
+
+
+def check_settings(path: Path, journal: Journal, settings: Mapping[str, Any]) -> None:
+    """Refuses to resume a journal made with other settings, naming them."""
+    old = journal.settings
+    differ = {
+        k: (old.get(k), settings.get(k)) for k in {*old, *settings} if old.get(k) != settings.get(k)
+    }
+    if "kernel_list" in differ:
+        differ["kernel_list"] = ("the kernels (workload keys) differ",)
+    if differ:
+        raise InputError(
+            f"fuzz journal {path} was made with other settings ({differ}: journal's, this "
+            "run's); resume it with its settings, or start a new one without --resume"
+        )
+
+
+def open_journal(path: Path, settings: Mapping[str, Any], resume: bool) -> Journal | None:
+    """The journal to continue (None: a new one was written, holding the settings)."""
+    old = read_journal(path) if resume else None
+    if old is not None:
+        check_settings(path, old, settings)
+        with path.open("r+b") as f:  # cut a torn last line
+            f.truncate(old.size)
+        return old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings) + "\n")
+    return None
+
+
+def sample_record(
+    index: int, run: int, seconds: float, fk: FuzzKernel, outcome: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A sample's journal line: failures keep their decisions and trace (to replay)."""
+    record = {"sample": index, "run": run, "t": round(seconds, 2), "model": fk.model,
+              "workload": fk.key, "kind": fk.kind, "status": outcome["status"],
+              "error": outcome["error"], "message": outcome["message"]}  # fmt: skip
+    if outcome["status"] in ("miscompile", "crash"):
+        record.update(decisions=outcome["decisions"], trace=outcome["trace"])
+    elif outcome["status"] == "refused":
+        record["message"] = outcome["message"].splitlines()[0][:REFUSAL_CHARS]
+    return record
 
 
 # --- the campaign -------------------------------------------------------------------------
@@ -361,56 +491,86 @@ class Pool:
 def campaign(
     kernels: Sequence[FuzzKernel],
     samples: int,
-    seed: int,
     jobs: int,
     target: Target,
+    journal: Path,
+    settings: Mapping[str, Any],
+    resume: bool = False,
     minutes: float | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
-    """Run the samples (or as many as fit in `minutes`); the counts and the failures."""
-    sampler = Sampler(kernels, target, seed)
+    """Run samples 0 .. samples - 1 not yet in the journal (with `resume`; else a new
+    journal), or as many as fit in `minutes` or before `stop()`, journaling each; the
+    counts and failures of the whole journal."""
+    old = open_journal(journal, settings, resume)
+    done = set(old.samples) if old else set()
+    run = len(old.runs) if old else 0
+    todo = [i for i in range(samples) if i not in done]
+    print(f"{len(done)} samples journaled, {len(todo)} to run", flush=True)
+    sampler = Sampler(kernels, target, settings["seed"])
     pool = Pool(sampler, jobs)
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes else math.inf
     counts: Counter[str] = Counter()
+    with journal.open("a") as out:
+        out.write(json.dumps({"run": run, "jobs": jobs, "target": samples, **(run_info or {})})
+                  + "\n")  # fmt: skip
+        out.flush()
+        try:
+            for index, k, outcome in pool.run(todo, deadline, stop):
+                fk = kernels[k]
+                record = sample_record(index, run, time.monotonic() - start, fk, outcome)
+                out.write(json.dumps(record, default=float) + "\n")
+                out.flush()
+                counts[outcome["status"]] += 1
+                if outcome["status"] in ("miscompile", "crash"):
+                    print(f"sample {index} ({fk.model} {fk.kind}): {outcome['status']}: "
+                          f"{outcome['message'].splitlines()[0][:300]}", flush=True)  # fmt: skip
+                if sum(counts.values()) % 100 == 0:
+                    elapsed = time.monotonic() - start
+                    print(f"{sum(counts.values())} samples, {elapsed:.0f} s: {dict(counts)}",
+                          flush=True)  # fmt: skip
+        finally:
+            pool.close()
+            seconds = round(time.monotonic() - start, 2)
+            out.write(json.dumps({"run_end": run, "seconds": seconds}) + "\n")
+    return summarize(journal)
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """The counts, per-kind table and failures of a whole journal (every run of it)."""
+    journal = read_journal(path)
+    if journal is None:
+        raise InputError(f"fuzz journal {path}: missing or empty")
+    records = [journal.samples[i] for i in sorted(journal.samples)]
+    counts = Counter(r["status"] for r in records)
     kinds: dict[str, Counter[str]] = {}
-    failures, worst_ok, sampled = [], {"error": 0.0}, set()
-    try:
-        for done, (index, k, outcome) in enumerate(pool.run(range(samples), deadline), 1):
-            fk = kernels[k]
-            sampled.add(k)
-            counts[outcome["status"]] += 1
-            kinds.setdefault(fk.kind, Counter())[outcome["status"]] += 1
-            if outcome["status"] in ("miscompile", "crash"):
-                failures.append({"sample": index, "model": fk.model, "workload": fk.key,
-                                 "kind": fk.kind, **outcome})  # fmt: skip
-                print(f"sample {index} ({fk.model} {fk.kind}): {outcome['status']}: "
-                      f"{outcome['message'].splitlines()[0][:300]}", flush=True)  # fmt: skip
-            elif outcome["status"] == "ok" and outcome["error"] > worst_ok["error"]:
-                worst_ok = {"error": outcome["error"], "sample": index, "model": fk.model,
-                            "kind": fk.kind}  # fmt: skip
-            if done % 100 == 0:
-                elapsed = time.monotonic() - start
-                print(f"{done} samples, {elapsed:.0f} s: {dict(counts)}", flush=True)
-    finally:
-        pool.close()
-    total = sum(counts.values())
-    seconds = time.monotonic() - start
+    for r in records:
+        kinds.setdefault(r["kind"], Counter())[r["status"]] += 1
+    oks = [r for r in records if r["status"] == "ok"]
+    worst = max(oks, key=lambda r: r["error"], default=None)
+    worst_ok = {"error": 0.0}
+    if worst is not None and worst["error"] > 0:
+        worst_ok = {k: worst[k] for k in ("error", "model", "kind")} | {"sample": worst["sample"]}
+    seconds = sum(run["seconds"] for run in journal.runs)
+    total = len(records)
+    failures = [{k: v for k, v in r.items() if k not in ("run", "t")} for r in records
+                if r["status"] in ("miscompile", "crash")]  # fmt: skip
+    runs, settings = journal.runs, journal.settings
     return {
-        "samples": total,
-        "kernels": len(kernels),
-        "kernels_sampled": len(sampled),
-        "ok": counts["ok"],
-        "refusals": counts["refused"],
-        "miscompiles": counts["miscompile"],
-        "crashes": counts["crash"],
-        "seconds": round(seconds, 1),
-        "seconds_per_sample": round(seconds / max(total, 1), 3),
-        "jobs": jobs,
-        "seed": seed,
-        "worst_ok": worst_ok,
-        "kinds": {kind: dict(c) for kind, c in sorted(kinds.items())},
-        "failures": failures,
-    }
+        "samples": total, "kernels": len(settings["kernel_list"]),
+        "kernels_sampled": len({r["workload"] for r in records}),
+        "ok": counts["ok"], "refusals": counts["refused"],
+        "miscompiles": counts["miscompile"], "crashes": counts["crash"],
+        "seconds": round(seconds, 1), "seconds_per_sample": round(seconds / max(total, 1), 3),
+        "jobs": max((run["jobs"] for run in runs), default=0), "seed": settings["seed"],
+        "runs": len(runs),
+        "lowering_seconds": round(sum(run.get("lowering_seconds", 0) for run in runs), 1),
+        "run_list": [{k: v for k, v in run.items() if k != "run"} for run in runs],
+        "worst_ok": worst_ok, "kinds": {kind: dict(c) for kind, c in sorted(kinds.items())},
+        "failures": failures, "kernel_list": settings["kernel_list"],
+    }  # fmt: skip
 
 
 def report_lines(result: Mapping[str, Any], models: Sequence[str], max_elements: int) -> list[str]:
@@ -421,9 +581,10 @@ def report_lines(result: Mapping[str, Any], models: Sequence[str], max_elements:
         f"{r['samples']} samples over {r['kernels']} distinct kernels (largest tensor ≤ "
         f"{max_elements} elements) of {len(models)} zoo models, seed {r['seed']}, "
         f"{r['jobs']} worker(s): {r['miscompiles']} miscompiles, {r['crashes']} crashes, "
-        f"{r['refusals']} refusals in {r['seconds']} s ({r['seconds_per_sample']} s per "
-        f"sample). Tolerance: |got − want| ≤ {RTOL}·|want| + {ATOL}·max|want|; worst "
-        f"passing error {r['worst_ok']['error']:.3g}× of it.",
+        f"{r['refusals']} refusals in {r['seconds']} s over {r['runs']} run(s) "
+        f"({r['seconds_per_sample']} s per sample). Tolerance: |got − want| ≤ "
+        f"{RTOL}·|want| + {ATOL}·max|want|; worst passing error "
+        f"{r['worst_ok']['error']:.3g}× of it.",
         "",
         "| op kind | samples | ok | refused | miscompile | crash |",
         "|---|---|---|---|---|---|",
@@ -460,6 +621,26 @@ def replay_failures(path: Path, target: Target) -> int:
     return failing
 
 
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[Callable[[], bool]]:
+    """While entered, SIGINT / SIGTERM ask the campaign to stop (it kills the workers,
+    closes its journal, writes the summary); a second signal interrupts at once."""
+    requested: list[int] = []
+
+    def handle(signum: int, frame: object) -> None:
+        if requested:
+            raise KeyboardInterrupt
+        print(f"{signal.Signals(signum).name}: stopping", flush=True)
+        requested.append(signum)
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(requested)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10_000)
@@ -471,25 +652,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads of a kernel")
     parser.add_argument("--replay", type=Path, help="check a results file's failures again")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
+    parser.add_argument("--journal", type=Path, help="default: OUT/fuzz-CPU.jsonl")
+    parser.add_argument("--resume", action="store_true", help="skip the journaled samples")
+    parser.add_argument("--summary", action="store_true", help="only rewrite the summary")
     args = parser.parse_args(argv)
     target = host(args.threads)
     if args.replay:
         raise SystemExit(1 if replay_failures(args.replay, target) else 0)
-    from fingerprint import fingerprint, write_results
+    from fingerprint import fingerprint, git_commit, write_results
 
-    models = args.models or default_models()
-    start = time.monotonic()
-    kernels = collect(models, args.max_elements)
-    lowering = time.monotonic() - start
-    print(f"{len(kernels)} kernels of {len(models)} models in {lowering:.0f} s", flush=True)
-    result = campaign(kernels, args.samples, args.seed, args.jobs, target, args.minutes)
-    result["lowering_seconds"] = round(lowering, 1)
-    result["kernel_list"] = [
-        {"model": k.model, "kind": k.kind, "elements": k.elements, "workload": k.key}
-        for k in kernels
-    ]
-    lines = report_lines(result, models, args.max_elements)
-    meta = {"models": models, "max_elements": args.max_elements, "rtol": RTOL, "atol": ATOL}
+    journal = args.journal or args.out / f"fuzz-{target.cpu}.jsonl"
+    if args.summary:
+        result = summarize(journal)
+        settings = read_journal(journal).settings  # type: ignore[union-attr]
+        models, max_elements = settings["models"], settings["max_elements"]
+    else:
+        models, max_elements = args.models or default_models(), args.max_elements
+        start = time.monotonic()
+        kernels = collect(models, max_elements)
+        lowering = time.monotonic() - start
+        print(f"{len(kernels)} kernels of {len(models)} models in {lowering:.0f} s", flush=True)
+        settings = journal_settings(kernels, models, max_elements, args.seed)
+        run_info = {"lowering_seconds": round(lowering, 1), **git_commit(),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        with stop_on_signal() as stop:
+            result = campaign(kernels, args.samples, args.jobs, target, journal, settings,
+                              args.resume, args.minutes, run_info, stop)  # fmt: skip
+    lines = report_lines(result, models, max_elements)
+    meta = {"models": models, "max_elements": max_elements, "rtol": RTOL, "atol": ATOL,
+            "journal": journal.name}  # fmt: skip
     write_results(args.out, f"fuzz-{target.cpu}", result, lines, meta, fingerprint(args.threads))
     print("\n".join(lines))
 

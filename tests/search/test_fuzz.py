@@ -7,7 +7,9 @@ a schedule that breaks a dependence and an output off by a fraction of a percent
 
 from __future__ import annotations
 
+import json
 import random
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from polytile.codegen.target import host
+from polytile.errors import InputError
 from polytile.poly.ir.schedule import initial_schedule
 from polytile.search.tasks import extract_tasks
 
@@ -169,3 +172,51 @@ def test_an_output_off_by_a_fraction_of_a_percent_is_a_miscompile(
     moved = got[name].copy()
     moved.flat[moved.size // 2] += 1e-3 * np.abs(moved).max()
     assert checker.verdict({name: moved}).status == "miscompile"
+
+
+def _journaled(path: Path) -> list[int]:
+    """The sample indices of a journal's lines, in order, repeats kept."""
+    lines = path.read_text().splitlines()
+    return [r["sample"] for r in map(json.loads, lines) if "sample" in r]
+
+
+def test_a_campaign_stopped_and_resumed_journals_what_one_run_does(
+    kernels: list, tmp_path: Path
+) -> None:
+    """Four samples in one run, and in two runs: the first stopped by SIGTERM after one
+    sample, then killed while writing the next (a torn last line), the second resuming.
+    The same outcomes sample by sample, each sample run once; other settings refused."""
+    settings = fuzz_bench.journal_settings(kernels, ["tiny_cnn", "tiny_encoder"], 1 << 20, 0)
+    # one thread: no libgomp team, whose threads a worker forked from this process (which
+    # ran parallel kernels in the tests above) would not have
+    target = host(1)
+    whole_path, path = tmp_path / "whole.jsonl", tmp_path / "shards.jsonl"
+    whole = fuzz_bench.campaign(kernels, 4, 1, target, whole_path, settings)
+
+    def stop() -> bool:  # SIGTERM once a sample is journaled: a clean stop
+        if _journaled(path) and not requested():
+            signal.raise_signal(signal.SIGTERM)
+        return requested()
+
+    with fuzz_bench.stop_on_signal() as requested:
+        first = fuzz_bench.campaign(kernels, 4, 1, target, path, settings, stop=stop)
+    assert first["samples"] == 1 and first["runs"] == 1
+    with path.open("a") as f:
+        f.write('{"sample": 1, "run": 0, "t": 0.5, "mo')
+    assert len(fuzz_bench.read_journal(path).samples) == 1
+    resumed = fuzz_bench.campaign(kernels, 4, 1, target, path, settings, resume=True)
+    assert _journaled(whole_path) == [0, 1, 2, 3]
+    assert sorted(_journaled(path)) == [0, 1, 2, 3]
+    assert resumed["runs"] == 2 and whole["runs"] == 1
+    assert whole["ok"] >= 3 and whole["crashes"] == whole["miscompiles"] == 0, whole
+    same = ("samples", "ok", "refusals", "miscompiles", "crashes", "kinds", "failures")
+    assert {k: resumed[k] for k in same} == {k: whole[k] for k in same}
+    outcomes = {
+        p: {i: (r["workload"], r["status"], r["error"]) for i, r in j.samples.items()}
+        for p, j in ((p, fuzz_bench.read_journal(p)) for p in (path, whole_path))
+    }
+    assert outcomes[path] == outcomes[whole_path]
+    other = fuzz_bench.journal_settings(kernels, ["tiny_cnn", "tiny_encoder"], 1 << 20, 1)
+    with pytest.raises(InputError, match="seed"):
+        fuzz_bench.campaign(kernels, 5, 1, target, path, other, resume=True)
+    assert sorted(_journaled(path)) == [0, 1, 2, 3]
