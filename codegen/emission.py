@@ -48,10 +48,12 @@ class Emitter(Protocol):
     enclosing: list[For]
     #: index arithmetic (`codegen.integers`)
     ints: Integers
+    #: the values of the kernel's symbolic sizes in this function
+    sizes: dict[str, ir.Value]
 
     def int(self, e: AstExpr, env: Mapping[str, ir.Value]) -> ir.Value: ...
 
-    def shape(self, tensor: str) -> tuple[int, ...]: ...
+    def shape(self, tensor: str) -> tuple[int | str, ...]: ...
 
 
 @dataclass
@@ -79,7 +81,7 @@ class KernelState:
     def kernel(self) -> Kernel:
         return self.schedule.kernel
 
-    def shape(self, tensor: str) -> tuple[int, ...]:
+    def shape(self, tensor: str) -> tuple[int | str, ...]:
         """The shape the tensor's offsets are computed in (a private temporary's box)."""
         return self.layout.get(tensor) or self.kernel.tensors[tensor].shape
 

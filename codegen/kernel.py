@@ -1,5 +1,7 @@
-"""A kernel under a schedule → one LLVM function, `void name(ptr noalias t0, ...)` with one
-pointer per tensor in `kernel.tensors` order.
+"""A kernel under a schedule → one LLVM function, `void name(ptr noalias t0, ..., i64 s0,
+...)` with one pointer per tensor in `kernel.tensors` order, then the value of each
+symbolic size (`Kernel.params`): the loop bounds and the offsets of symbolic layouts use
+them.
 
 The loop AST comes from isl (`poly.ast.build_ast`). Loop marks decide the code:
 - `vector`: explicit vector code. Each address's stride along the loop is decided
@@ -74,6 +76,8 @@ class KernelFunction:
     name: str
     #: tensor names in argument order
     params: tuple[str, ...]
+    #: the symbolic sizes it takes after the tensors, as i64 values (`Kernel.params`)
+    sizes: tuple[str, ...] = ()
 
 
 def emit_kernel(
@@ -82,8 +86,10 @@ def emit_kernel(
     """The kernel's function in `mc`, from `ast` (the schedule's AST, built when None)."""
     kernel = schedule.kernel
     params = tuple(kernel.tensors)
-    fn = ir.Function(mc.module, ir.FunctionType(ir.VoidType(), [PTR] * len(params)), name=name)
-    for arg in fn.args:
+    sizes = kernel.params
+    signature = ir.FunctionType(ir.VoidType(), [PTR] * len(params) + [I64] * len(sizes))
+    fn = ir.Function(mc.module, signature, name=name)
+    for arg in fn.args[: len(params)]:
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
     ast = ast if ast is not None else build_ast(schedule)
@@ -97,11 +103,12 @@ def emit_kernel(
         for loop in (*private.outer, private.loop):
             if schedule.loop(loop).annotation == "parallel":
                 state.slots[loop] = min(state.slots.get(loop, private.slots), private.slots)
-    ptrs = dict(zip(params, fn.args, strict=True))
-    emitter = _Emitter(mc, state, fn, ptrs, name)
-    emitter.node(ast, {})
+    ptrs = dict(zip(params, fn.args[: len(params)], strict=True))
+    values = dict(zip(sizes, fn.args[len(params) :], strict=True))
+    emitter = _Emitter(mc, state, fn, ptrs, name, sizes=values)
+    emitter.node(ast, values)
     emitter.b.ret_void()
-    return KernelFunction(name, params)
+    return KernelFunction(name, params, sizes)
 
 
 class _Emitter:
@@ -118,6 +125,7 @@ class _Emitter:
         base: str,
         in_parallel: bool = False,
         shift: Mapping[str, ir.Value] | None = None,
+        sizes: Mapping[str, ir.Value] | None = None,
     ) -> None:
         self.mc = mc
         self.state = state
@@ -131,6 +139,8 @@ class _Emitter:
         self.enclosing: list[For] = []
         #: tensor → elements added to its offsets (a private temporary's slice)
         self.shift: dict[str, ir.Value] = dict(shift or {})
+        #: the kernel's symbolic sizes (`Kernel.params`) as values of this function
+        self.sizes: dict[str, ir.Value] = dict(sizes or {})
         entry = fn.append_basic_block("entry") if not fn.blocks else fn.blocks[-1]
         self.b = ir.IRBuilder(entry)
         #: index arithmetic, shared within a block by affine form
@@ -138,7 +148,7 @@ class _Emitter:
         self.prefetcher = Prefetcher(self, state)
         self.accumulators = Accumulators(self, state, self.prefetcher)
 
-    def shape(self, tensor: str) -> tuple[int, ...]:
+    def shape(self, tensor: str) -> tuple[int | str, ...]:
         """The shape the tensor's offsets are computed in (a private temporary's box)."""
         return self.state.shape(tensor)
 
@@ -361,7 +371,8 @@ class _Emitter:
         ptrs = dict(zip(self.ptrs, args[: len(self.ptrs)], strict=True))
         scope = dict(zip(names, args[len(self.ptrs) :], strict=True))
         shift = {n.removeprefix(SHIFT): v for n, v in scope.items() if n.startswith(SHIFT)}
-        inner = _Emitter(self.mc, self.state, body_fn, ptrs, self.base, True, shift)
+        sizes = {p: scope[p] for p in self.sizes}
+        inner = _Emitter(self.mc, self.state, body_fn, ptrs, self.base, True, shift, sizes)
         inner.chunks(node, scope, bound)
         inner.b.ret_void()
         self.mc.run_parallel(b, outlined, ctx)

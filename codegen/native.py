@@ -86,33 +86,73 @@ class LoadedKernel:
         self.target = target
         self.params = tuple(params)
         self._jit = JitModule([part, _runtime_part(target)], target)
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.params))(
-            self._jit.address(NAME)
-        )
+        arguments = [ctypes.c_void_p] * len(self.params) + [ctypes.c_int64] * len(kernel.params)
+        self._fn = ctypes.CFUNCTYPE(None, *arguments)(self._jit.address(NAME))
 
     def set_threads(self, count: int) -> None:
         self._jit.set_threads(count)
 
-    def buffers(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every tensor's buffer: inputs checked and copied, constants, zeroed others."""
-        return allocate(self.kernel, inputs)
+    def sizes(
+        self, inputs: Mapping[str, np.ndarray], sizes: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """The symbolic sizes of a run: `sizes` over those the inputs' shapes give,
+        every one given and at least 1 (InputError naming the size or input)."""
+        kernel = self.kernel
+        where = f"kernel '{kernel.name}'"
+        try:
+            found = kernel.sizes_of(
+                {t.name: np.shape(inputs[t.name]) for t in kernel.inputs() if t.name in inputs}
+            )
+        except ValueError as err:
+            raise InputError(f"{where}: input {err}") from None
+        found.update(sizes or {})
+        for p in kernel.params:
+            if p not in found:
+                raise InputError(f"{where}: no input gives the size '{p}': pass sizes={{...}}")
+            if int(found[p]) < 1:
+                raise InputError(f"{where}: size '{p}' must be at least 1, got {found[p]}")
+        return {p: int(found[p]) for p in kernel.params}
+
+    def buffers(
+        self, inputs: Mapping[str, np.ndarray], sizes: Mapping[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Every tensor's buffer: inputs checked and copied, constants, zeroed others
+        (shapes at the run's symbolic sizes)."""
+        chosen = self.sizes(inputs, sizes) if self.kernel.params else {}
+        return allocate(self.kernel.at(chosen), inputs)
+
+    def arguments(self, buffers: Mapping[str, np.ndarray]) -> list[int]:
+        """The function's arguments: the buffers' addresses, then the symbolic sizes
+        their shapes give."""
+        args = [buffers[p].ctypes.data for p in self.params]
+        if self.kernel.params:
+            found = self.kernel.sizes_of({n: b.shape for n, b in buffers.items()})
+            args += [found[p] for p in self.kernel.params]
+        return args
 
     def run_on(self, buffers: Mapping[str, np.ndarray]) -> None:
         """Run in place on buffers from `buffers()` (no checks, no copies)."""
-        self._fn(*[buffers[p].ctypes.data for p in self.params])
+        self._fn(*self.arguments(buffers))
 
-    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        buffers = self.buffers(inputs)
+    def __call__(
+        self, inputs: Mapping[str, np.ndarray], sizes: Mapping[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
+        buffers = self.buffers(inputs, sizes)
         self.run_on(buffers)
         return buffers
 
-    def outputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        buffers = self(inputs)
+    def outputs(
+        self, inputs: Mapping[str, np.ndarray], sizes: Mapping[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
+        buffers = self(inputs, sizes)
         return {t.name: buffers[t.name] for t in self.kernel.outputs()}
 
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Seeded random inputs, index tensors within their axes (`random_inputs`)."""
-        return random_inputs(self.kernel, seed)
+    def random_inputs(
+        self, seed: int = 0, sizes: Mapping[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Seeded random inputs, index tensors within their axes (`random_inputs`), at
+        `sizes` for a kernel with symbolic sizes."""
+        return random_inputs(self.kernel.at(sizes or {}), seed)
 
     def benchmark(
         self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10, number: int = 1
@@ -121,7 +161,7 @@ class LoadedKernel:
         if repeat < 1 or number < 1:
             raise InputError("benchmark: repeat and number must be at least 1")
         buffers = self.buffers(inputs if inputs is not None else self.random_inputs())
-        args = [buffers[p].ctypes.data for p in self.params]
+        args = self.arguments(buffers)
         self._fn(*args)
         results = []
         for _ in range(repeat):

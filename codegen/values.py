@@ -86,8 +86,12 @@ class Instance:
     # --- memory -----------------------------------------------------------------------
     def offset(self, text: str) -> ir.Value:
         if text not in self.offsets:
-            self.offsets[text] = self.em.int(parse_index(text), self.dims)
+            self.offsets[text] = self.em.int(parse_index(text), self.scope())
         return self.offsets[text]
+
+    def scope(self) -> Mapping[str, ir.Value]:
+        """The values an index may use: the dims, and the symbolic sizes of a layout."""
+        return {**self.em.sizes, **self.dims} if self.em.sizes else self.dims
 
     def stride(self, text: str) -> int:
         if self.lanes is None:
@@ -230,7 +234,9 @@ class Instance:
                 return self.load(t.name, e.dtype, flat_index(self.em.shape(t.name), e.index))  # type: ignore[arg-type]
             return self.indirect_load(e)
         if isinstance(e, Iter):
-            value = self.dims[e.name]
+            value = self.dims.get(e.name)
+            if value is None:  # a symbolic size (isl text over the kernel's parameters)
+                value = self.em.int(parse_index(e.name), self.scope())
             stride = self.stride(e.name)
             if stride != 0:
                 assert self.lanes is not None
@@ -265,14 +271,20 @@ class Instance:
         b = self.b
         t = self.em.kernel.tensors[e.tensor]
         offset: ir.Value = ir.Constant(I64, 0)
-        stride = 1
+        stride: int | ir.Value = 1
         for size, entry in zip(reversed(self.em.shape(t.name)), reversed(e.index), strict=True):
             if isinstance(entry, str):
-                part = self.em.int(parse_index(entry), self.dims)
+                part = self.em.int(parse_index(entry), self.scope())
             else:
                 part = self.convert(self.value(entry), entry.dtype, "int64")
-            offset = b.add(offset, b.mul(part, ir.Constant(I64, stride)))
-            stride *= size
+            step = ir.Constant(I64, stride) if isinstance(stride, int) else stride
+            offset = b.add(offset, b.mul(part, step))
+            if isinstance(size, str):  # a symbolic layout: strides known at run time
+                stride = b.mul(step, self.em.sizes[size])
+            elif isinstance(stride, int):
+                stride *= size
+            else:
+                stride = b.mul(stride, ir.Constant(I64, size))
         value = b.load(
             self.address(t.name, e.dtype, offset), typ=memory_type(e.dtype), align=_align(e.dtype)
         )

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import islpy as isl
 
+from polytile.poly.ast.quasi import flat_terms
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.schedule import Schedule
 
@@ -48,16 +49,34 @@ def lane_strides(
     consecutive values get stride 0 (no vector iteration will run)."""
     s = schedule.kernel.statement[stmt]
     lane = next_lane(schedule, stmt, loop)
-    found: dict[str, int | None] = {}
-    for key, text in exprs.items():
-        value = ih.parse_map(f"{{ {stmt}[{', '.join(s.dims)}] -> [({text})] }}")
+    params = schedule.kernel.params
+    prefix = f"[{', '.join(params)}] -> " if params else ""
+
+    def stride(text: str) -> int | None:
+        value = ih.parse_map(f"{prefix}{{ {stmt}[{', '.join(s.dims)}] -> [({text})] }}")
         value = value.intersect_domain(s.domain_set())
         deltas = lane.apply_domain(value).apply_range(value).deltas()
         if deltas.is_empty():
-            found[key] = 0
-        elif deltas.is_singleton():
+            return 0
+        if deltas.is_singleton():
             point = deltas.sample_point()
-            found[key] = int(point.get_coordinate_val(isl.dim_type.set, 0).to_python())
-        else:
-            found[key] = None
+            return int(point.get_coordinate_val(isl.dim_type.set, 0).to_python())
+        return None
+
+    found: dict[str, int | None] = {}
+    for key, text in exprs.items():
+        terms = flat_terms(text) if params else None
+        if terms is None or not any(symbolic for _, _, symbolic in terms):
+            found[key] = stride(text)
+            continue
+        # a symbolic layout's offset is not affine: its entries are, and the stride is
+        # known when no entry that moves has a symbolic stride
+        total: int | None = 0
+        for entry, factor, symbolic in terms:
+            moved = stride(entry)
+            if moved is None or (moved and symbolic):
+                total = None
+                break
+            total += moved * factor
+        found[key] = total
     return found

@@ -121,7 +121,9 @@ AST_OPERATIONS = 4_000_000
 
 def build_ast(schedule: Schedule) -> AstNode:
     """isl's AST for the schedule, converted and with loop names as iterators."""
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    params = schedule.kernel.params
+    context = f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 1' for p in params)} }}"
+    build = isl.AstBuild.from_context(isl.Set(context if params else "{ : }"))
     refusal = (
         f"kernel {schedule.kernel.name}: isl's AST generator gave up on the schedule "
         "(too many guarded pieces)"

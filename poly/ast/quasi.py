@@ -19,14 +19,67 @@ class QuasiAffineError(ValueError):
     """The text is not quasi-affine in the supported grammar."""
 
 
-def flat_index(shape: tuple[int, ...], index: tuple[str, ...]) -> str:
-    """The row-major element offset of an index, as quasi-affine text."""
+def flat_index(shape: tuple[int | str, ...], index: tuple[str, ...]) -> str:
+    """The row-major element offset of an index, as quasi-affine text. A symbolic size
+    (isl text over the sizes) in the shape makes the strides before it products with
+    it, `(i)*(8*n)`: no longer affine, which `flat_terms` takes apart again."""
     terms = []
-    stride = 1
+    stride, sizes = 1, []
     for size, entry in zip(reversed(shape), reversed(index), strict=True):
-        terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
-        stride *= size
+        if sizes:
+            terms.append(f"({entry})*({'*'.join([str(stride), *sizes])})")
+        else:
+            terms.append(f"({entry})*{stride}" if stride != 1 else f"({entry})")
+        if isinstance(size, str):
+            sizes.append(size if size.isidentifier() else f"({size})")
+        else:
+            stride *= size
     return " + ".join(reversed(terms)) if terms else "0"
+
+
+#: the stride after a term's parenthesized entry: none, a number, or a symbolic product
+_STRIDE = re.compile(r"(?:\*(\d+)|\*\((\d+)\*(.+)\))?")
+
+
+def flat_terms(text: str) -> list[tuple[str, int, str]] | None:
+    """`flat_index`'s text as its terms: (index entry, constant factor of the stride,
+    the symbolic sizes multiplying it as text, or ''); None for text of another form."""
+    terms = []
+    for part in _top_level(text, "+"):
+        close = _closing(part)
+        match = _STRIDE.fullmatch(part[close + 1 :]) if close is not None else None
+        if close is None or match is None:
+            return None
+        number, first, product = match.groups()
+        if product is None:
+            terms.append((part[1:close], int(number or 1), ""))
+        else:
+            terms.append((part[1:close], int(first), product))
+    return terms
+
+
+def _top_level(text: str, separator: str) -> list[str]:
+    """The text split at `separator` outside parentheses, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for pos, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == separator and depth == 0:
+            parts.append(text[start:pos].strip())
+            start = pos + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _closing(part: str) -> int | None:
+    """The position of the parenthesis closing the one `part` starts with."""
+    if not part.startswith("("):
+        return None
+    depth = 0
+    for pos, char in enumerate(part):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return pos
+    return None
 
 
 @functools.lru_cache(maxsize=65536)

@@ -58,8 +58,9 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             )
         ):
             region = region.subtract(partial)
-        if rows is None:
-            rows = _partial_rows(original, bands, domain)
+        if rows is None:  # symbolic sizes leave no border constant: not set apart
+            symbolic = domain.get_space().dim(isl.dim_type.param) > 0
+            rows = [] if symbolic else _partial_rows(original, bands, domain)
         border = _window_border(path, rows, whole)
         if border is not None:
             interior = region.subtract(border)

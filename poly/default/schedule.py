@@ -18,6 +18,7 @@ illegal one is skipped.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 from polytile.errors import BudgetExceeded
 from polytile.poly.default.decide import default_decisions
@@ -75,10 +76,23 @@ DEFAULT_SECONDS = 60.0
 FALLBACK_OPERATIONS = 4_000_000
 
 
-def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Schedule:
+#: the value every symbolic size takes when the default's decisions are made for a kernel
+#: with symbolic sizes and no representative sizes are given
+REPRESENTATIVE_SIZE = 128
+
+
+def default_schedule(
+    kernel: Kernel, config: DefaultConfig | None = None, sizes: Mapping[str, int] | None = None
+) -> Schedule:
     """The kernel's default schedule, under a budget (`DEFAULT_OPERATIONS`,
     `DEFAULT_SECONDS`): a kernel whose default scheduling runs out of it gets
-    `fallback_schedule`, with a warning naming it, rather than a hang."""
+    `fallback_schedule`, with a warning naming it, rather than a hang.
+
+    A kernel with symbolic sizes gets the decisions made for its static instance at
+    `sizes` (default: `REPRESENTATIVE_SIZE` each), replayed on it: each step is checked
+    again for all sizes, and those that do not hold are skipped."""
+    if kernel.params:
+        return _for_all_sizes(kernel, config, sizes)
     refusal = f"kernel {kernel.name}: its default schedule went over budget"
     try:
         with ih.operation_budget(DEFAULT_OPERATIONS, refusal, DEFAULT_SECONDS, "default schedule"):
@@ -94,6 +108,40 @@ def default_schedule(kernel: Kernel, config: DefaultConfig | None = None) -> Sch
         return fallback_schedule(kernel)
 
 
+def _for_all_sizes(
+    kernel: Kernel, config: DefaultConfig | None, sizes: Mapping[str, int] | None
+) -> Schedule:
+    """The static instance's default steps replayed on the symbolic kernel, each one
+    that does not hold for all sizes skipped (a fuse through a symbolic extent, a pack
+    of a symbolic tensor), as the default skips an illegal step; where the instance's
+    loops ran in parallel but none of those steps held, the outer loops are made
+    parallel as in the fallback."""
+    chosen = {p: REPRESENTATIVE_SIZE for p in kernel.params} | dict(sizes or {})
+    trace = default_schedule(kernel.at(chosen), config).trace
+    refusal = f"kernel {kernel.name}: its default schedule went over budget"
+    try:
+        with ih.operation_budget(DEFAULT_OPERATIONS, refusal, DEFAULT_SECONDS, "default schedule"):
+            schedule = initial_schedule(kernel)
+            for step in trace:
+                schedule = attempt(schedule, lambda s, step=step: T.apply_step(s, step))
+            wanted = any(step.kind == "parallel" for step in trace)
+            if not wanted or any(lp.annotation == "parallel" for lp, _ in schedule.loops()):
+                return schedule
+            return _outer_parallel(schedule)
+    except BudgetExceeded as err:
+        ih.check_budget("default schedule")
+        warnings.warn(f"{err}; using a simpler schedule instead", stacklevel=3)
+        return fallback_schedule(kernel)
+
+
+def _outer_parallel(schedule: Schedule) -> Schedule:
+    """Each top-level nest's outermost loop parallel where that is legal."""
+    for node in schedule.body:
+        if isinstance(node, Loop):
+            schedule = attempt(schedule, lambda s, n=node.name: T.parallel(s, n))
+    return schedule
+
+
 def fallback_schedule(kernel: Kernel) -> Schedule:
     """The initial schedule with each nest's outermost loop parallel where that is legal
     (and proved within the budget; else the initial schedule as it is)."""
@@ -101,11 +149,7 @@ def fallback_schedule(kernel: Kernel) -> Schedule:
     refusal = f"kernel {kernel.name}: its fallback schedule went over budget"
     try:
         with ih.operation_budget(FALLBACK_OPERATIONS, refusal, DEFAULT_SECONDS, "fallback"):
-            parallel = schedule
-            for node in schedule.body:
-                if isinstance(node, Loop):
-                    parallel = attempt(parallel, lambda s, n=node.name: T.parallel(s, n))
-            return parallel
+            return _outer_parallel(schedule)
     except BudgetExceeded:
         ih.check_budget("fallback schedule")
         return schedule

@@ -31,7 +31,10 @@ variable and the tensors), or `extents={"i": 14}` fixes it. The domain is the bo
 extents (and the condition); every access is checked to stay within its tensor.
 
 Tensors: keyword arguments give input shapes (a tuple, or an int for 1-D) or constant
-values (numpy arrays). A written tensor's shape comes from its left-hand side's bare
+values (numpy arrays). A shape entry (or an `extents` value) may be a name: a symbolic
+size, an isl parameter of every domain (at least 1), so that the kernel is compiled once
+for all sizes (`Kernel.params`, `Kernel.at`). Indices and conditions may use such a name
+(`if w + t - 1 < m`); values may not. A written tensor's shape comes from its left-hand side's bare
 variables unless given; it is an OUTPUT unless a statement after its last write reads it
 (then TEMP), and `outputs=` overrides that. dtypes: `dtype` for all, `dtypes` per tensor.
 

@@ -14,7 +14,7 @@ from polytile.errors import InputError
 from polytile.names import unique_name
 from polytile.poly.dsl.convert import Builder
 from polytile.poly.dsl.parse import Fail, check_local, parse_statement
-from polytile.poly.dsl.tensors import TensorEntry, declare, dtype_name, roles
+from polytile.poly.dsl.tensors import TensorEntry, declare, dtype_name, params_of, roles
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import const, identity, loads
 from polytile.poly.ir.kernel import Kernel, Statement
@@ -26,7 +26,7 @@ def kernel(
     dtype: str = "float32",
     dtypes: Mapping[str, str] | None = None,
     outputs: Sequence[str] | None = None,
-    extents: Mapping[str, int] | None = None,
+    extents: Mapping[str, int | str] | None = None,
     shapes: Mapping[str, Any] | None = None,
     **tensors: Any,
 ) -> Kernel:
@@ -44,13 +44,16 @@ def kernel(
         if tname not in declared and not any(_writes(s, tname) for s in statements):
             raise InputError(f"{where}: dtypes names '{tname}', which is not a tensor")
     extents = dict(extents or {})
+    params = params_of(table, extents)
     built: list[Statement] = []
     taken: set[str] = set()
     for position, text in enumerate(statements):
         if not isinstance(text, str):
             raise InputError(f"{where}: statement {position} is not a string: {text!r}")
         try:
-            built.extend(_statement(text, position, table, dtype, dtypes, extents, taken))
+            built.extend(
+                _statement(text, position, table, dtype, dtypes, extents, taken, params)
+            )
         except Fail as exc:
             raise InputError(f"{where}, statement '{text}': {exc}") from None
     return Kernel(name, roles(table, outputs, where), tuple(built))
@@ -66,8 +69,9 @@ def _statement(
     table: dict[str, TensorEntry],
     dtype: str,
     dtypes: Mapping[str, str],
-    extents: Mapping[str, int],
+    extents: Mapping[str, int | str],
     taken: set[str],
+    params: Sequence[str],
 ) -> list[Statement]:
     parsed = parse_statement(text)
     tname = parsed.tensor
@@ -80,7 +84,7 @@ def _statement(
     if target is None:
         target = TensorEntry(tname, None, dtype_name(dtypes.get(tname, dtype), ""))
         table[tname] = target
-    b = Builder(parsed, table, dtype)
+    b = Builder(parsed, table, dtype, params)
     if target.shape is not None and len(parsed.lhs) != len(target.shape):
         raise Fail(
             f"'{tname}' has rank {len(target.shape)}, but the left-hand side gives "
@@ -90,13 +94,16 @@ def _statement(
     for pos, node in enumerate(parsed.lhs):
         if any(isinstance(n, ast.Subscript) for n in ast.walk(node)):
             raise Fail(f"the written index '{ast.unparse(node)}' must be affine (no loads)")
-        if target.shape is not None and isinstance(node, ast.Name):
+        if target.shape is not None and isinstance(node, ast.Name) and node.id not in params:
             b.bare.setdefault(b.variable(node.id), []).append((tname, pos))
         lhs_index.append(b.affine(node)[0])
     lhs_vars = list(b.vars)
     value, _ = b.expr(parsed.rhs)
     guard = b.condition(parsed.guard) if parsed.guard is not None else ""
     dims = list(b.vars)
+    clash = sorted(set(dims) & {*params, *table})
+    if clash:
+        raise Fail(f"'{clash[0]}' names both an iteration variable and a size or tensor")
     sizes = [_extent(v, b.bare, table, extents) for v in dims]
     if target.shape is None:
         shape = []
@@ -122,7 +129,7 @@ def _statement(
             Statement(
                 init_name,
                 tuple(lhs_vars),
-                ih.box(init_name, lhs_vars, init_sizes, init_guard),
+                ih.box(init_name, lhs_vars, init_sizes, init_guard, params),
                 tname,
                 tuple(lhs_index),
                 const(identity(combiner, target.dtype), target.dtype),
@@ -133,7 +140,7 @@ def _statement(
         Statement(
             stmt_name,
             tuple(dims),
-            ih.box(stmt_name, dims, sizes, guard),
+            ih.box(stmt_name, dims, sizes, guard, params),
             tname,
             tuple(lhs_index),
             value,
@@ -141,7 +148,7 @@ def _statement(
         )
     )
     for s in out:
-        _check_bounds(s, table)
+        _check_bounds(s, table, params)
     for loaded in b.loaded:
         table[loaded].reads.append(position)
     target.writes.append(position)
@@ -152,10 +159,11 @@ def _extent(
     var: str,
     bare: Mapping[str, list[tuple[str, int]]],
     table: Mapping[str, TensorEntry],
-    extents: Mapping[str, int],
-) -> int:
+    extents: Mapping[str, int | str],
+) -> int | str:
     if var in extents:
-        return int(extents[var])
+        extent = extents[var]
+        return extent if isinstance(extent, str) else int(extent)
     uses = [(t, p, table[t].shape[p]) for t, p in bare.get(var, ()) if table[t].shape is not None]
     if not uses:
         raise Fail(
@@ -187,7 +195,9 @@ def _conjuncts_within(b: Builder, guard: ast.expr | None, names: set[str]) -> st
     return " and ".join(kept)
 
 
-def _check_bounds(s: Statement, table: Mapping[str, TensorEntry]) -> None:
+def _check_bounds(
+    s: Statement, table: Mapping[str, TensorEntry], params: Sequence[str]
+) -> None:
     accesses = [(s.tensor, s.index, s.write_map(), "writes")]
     for load in loads(s.expr):
         if all(isinstance(i, str) for i in load.index):
@@ -198,13 +208,14 @@ def _check_bounds(s: Statement, table: Mapping[str, TensorEntry]) -> None:
         shape = table[tname].shape
         assert shape is not None
         dims = [f"a{n}" for n in range(len(shape))]
-        inside = ih.parse_set(ih.box(tname, dims, shape))
+        inside = ih.parse_set(ih.box(tname, dims, shape, params=params))
         outside = access.subtract_range(inside)
         if not outside.is_empty():
             point = outside.domain().sample_point()
             coords = [
-                f"{d} = {point.get_coordinate_val(isl.dim_type.set, n).to_python()}"
-                for n, d in enumerate(s.dims)
+                f"{d} = {point.get_coordinate_val(kind, n).to_python()}"
+                for kind, names in ((isl.dim_type.param, params), (isl.dim_type.set, s.dims))
+                for n, d in enumerate(names)
             ]
             raise Fail(
                 f"{verb} {tname}[{', '.join(index)}] outside its shape {list(shape)} "

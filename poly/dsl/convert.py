@@ -4,7 +4,7 @@ the value expression as typed IR, collecting the iteration variables on the way.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -45,10 +45,16 @@ class Builder:
     """Converts one parsed statement into typed IR pieces, collecting its variables."""
 
     def __init__(
-        self, stmt: ParsedStatement, tensors: Mapping[str, TensorEntry], default: str
+        self,
+        stmt: ParsedStatement,
+        tensors: Mapping[str, TensorEntry],
+        default: str,
+        params: Collection[str] = (),
     ) -> None:
         self.stmt = stmt
         self.tensors = tensors
+        #: symbolic sizes: affine expressions may use them, values may not
+        self.params = frozenset(params)
         self.float_dtype = default if np.dtype(default).kind == "f" else "float32"
         self.vars: dict[str, None] = {}  # in order of appearance
         self.bare: dict[str, list[tuple[str, int]]] = {}  # var → (tensor, position) uses
@@ -85,6 +91,8 @@ class Builder:
                 raise Fail(f"index '{ast.unparse(node)}' is not an integer")
             return _int(node.value)
         if isinstance(node, ast.Name):
+            if node.id in self.params:
+                return node.id, None, True
             return self.variable(node.id), None, True
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
             text, value, atom = self.aff(node.operand)
@@ -150,6 +158,8 @@ class Builder:
         if isinstance(node, ast.Name):
             if node.id in CONSTANTS and node.id not in self.vars:
                 return const(CONSTANTS[node.id], "float64"), True
+            if node.id in self.params:
+                raise Fail(f"the symbolic size '{node.id}' is used as a value")
             return Iter(self.variable(node.id)), False
         if isinstance(node, ast.Subscript):
             return self.load(node), False

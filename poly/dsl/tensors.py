@@ -19,7 +19,7 @@ class TensorEntry:
     """One tensor of the table; its shape is None until a statement writing it sets it."""
 
     name: str
-    shape: tuple[int, ...] | None
+    shape: tuple[int | str, ...] | None
     dtype: str
     value: np.ndarray | None = None
     writes: list[int] = field(default_factory=list)  # statement positions writing it
@@ -36,18 +36,34 @@ def declare(
             value = spec.astype(dtypes[name]) if name in dtypes else spec
             out[name] = TensorEntry(name, tuple(value.shape), value.dtype.name, np.array(value))
             continue
-        shape = (spec,) if isinstance(spec, int | np.integer) else spec
+        shape = (spec,) if isinstance(spec, int | np.integer | str) else spec
         try:
-            shape = tuple(int(d) for d in shape)
+            shape = tuple(_extent(d, where) for d in shape)
         except (TypeError, ValueError):
             raise InputError(
-                f"{where}: tensor '{name}' must be given a shape (tuple of ints) or a numpy "
-                f"array, got {spec!r}"
+                f"{where}: tensor '{name}' must be given a shape (tuple of ints and size "
+                f"names) or a numpy array, got {spec!r}"
             ) from None
-        if any(d < 0 for d in shape):
+        if any(isinstance(d, int) and d < 0 for d in shape):
             raise InputError(f"{where}: tensor '{name}' has a negative extent in {shape}")
         out[name] = TensorEntry(name, shape, dtype_name(dtypes.get(name, dtype), where))
     return out
+
+
+def _extent(value: object, where: str) -> int | str:
+    """An extent as given: a number, or a symbolic size's name (an isl parameter)."""
+    if isinstance(value, str):
+        _check_name(value, "symbolic size", where)
+        return value
+    return int(value)  # type: ignore[call-overload]
+
+
+def params_of(table: Mapping[str, TensorEntry], extents: Mapping[str, int | str]) -> list[str]:
+    """The symbolic sizes of the declared shapes and the given extents, sorted."""
+    names = {e for e in extents.values() if isinstance(e, str)}
+    for t in table.values():
+        names.update(d for d in t.shape or () if isinstance(d, str))
+    return sorted(names)
 
 
 def dtype_name(value: str, where: str) -> str:

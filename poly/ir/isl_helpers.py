@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -37,13 +38,61 @@ def parse_union_pw_aff(text: str) -> isl.UnionPwAff:
     return isl.UnionPwAff(text, context=CTX)
 
 
-def box(name: str, dims: Sequence[str], extents: Sequence[int], extra: str = "") -> str:
-    """`{ name[d0, d1] : 0 <= d0 < e0 and 0 <= d1 < e1 [and extra] }` as isl text."""
+def box(
+    name: str,
+    dims: Sequence[str],
+    extents: Sequence[int | str],
+    extra: str = "",
+    params: Sequence[str] = (),
+) -> str:
+    """`{ name[d0, d1] : 0 <= d0 < e0 and 0 <= d1 < e1 [and extra] }` as isl text.
+
+    An extent may be a symbolic size (an isl parameter's name). Every parameter, of the
+    extents or of `params` (a kernel's others), is at least 1 in the set: a statement
+    whose own extents are fixed still runs only when the kernel's sizes are not empty,
+    which is what relates it to the statements around it."""
+    names = sorted({*params, *(n for e in extents if isinstance(e, str) for n in names_in(e))})
     bounds = [f"0 <= {d} < {e}" for d, e in zip(dims, extents, strict=True)]
+    bounds += [f"{p} >= 1" for p in names]
     if extra:
         bounds.append(f"({extra})")
     where = " and ".join(bounds)
-    return f"{{ {name}[{', '.join(dims)}]{' : ' + where if where else ''} }}"
+    prefix = f"[{', '.join(names)}] -> " if names else ""
+    return f"{prefix}{{ {name}[{', '.join(dims)}]{' : ' + where if where else ''} }}"
+
+
+#: the words of isl's syntax that are not names of sizes
+_KEYWORDS = frozenset({"floor", "ceil", "mod", "min", "max", "and", "or", "not", "exists"})
+
+
+def names_in(text: str) -> list[str]:
+    """The size names an extent's isl text uses (`floor((1 + seq)/2)`: seq)."""
+    words = re.findall(r"[A-Za-z_]\w*", text)
+    return list(dict.fromkeys(w for w in words if w not in _KEYWORDS))
+
+
+def evaluate(text: str, sizes: Mapping[str, int]) -> int:
+    """The value of an extent's quasi-affine isl text at these sizes."""
+    names = names_in(text)
+    at = fix_params(parse_set(f"[{', '.join(names)}] -> {{ [v] : v = {text} }}"), sizes)
+    if not at.is_singleton():
+        raise ValueError(f"'{text}' has no value at {dict(sizes)}")
+    return int(at.dim_max_val(0).to_python())
+
+
+def param_names(obj: isl.Set | isl.Map | isl.UnionSet | isl.UnionMap) -> list[str]:
+    """The names of an isl object's parameters, in its space's order."""
+    space = obj.get_space()
+    return [space.get_dim_name(isl.dim_type.param, i) for i in range(space.dim(isl.dim_type.param))]
+
+
+def fix_params(s: isl.Set, sizes: Mapping[str, int]) -> isl.Set:
+    """The set with its parameters set to `sizes` and projected out: parameter-free."""
+    for pos, name in enumerate(param_names(s)):
+        if name not in sizes:
+            raise KeyError(name)
+        s = s.fix_val(isl.dim_type.param, pos, isl.Val.int_from_si(CTX, int(sizes[name])))
+    return s.project_out(isl.dim_type.param, 0, s.dim(isl.dim_type.param))
 
 
 def access(stmt: str, dims: Sequence[str], tensor: str, index: Sequence[str]) -> str:
@@ -156,15 +205,16 @@ def value_range(domain: isl.Set, text: str) -> tuple[int, int]:
 def separable_box(s: isl.Set, positions: Sequence[int]) -> list[int] | None:
     """The extents of the dims at `positions` when the set is the product of [0, extent)
     on each of them with what it says about the others (no constraint ties them to the
-    rest), else None."""
+    rest), else None (also where a symbolic size bounds one)."""
     if s.is_empty():
         return None
     extents = []
     free = s
     for pos in positions:
-        if s.dim_min_val(pos).to_python() != 0:
+        low, high = s.dim_min_val(pos), s.dim_max_val(pos)
+        if not (low.is_int() and high.is_int()) or low.to_python() != 0:
             return None
-        extents.append(int(s.dim_max_val(pos).to_python()) + 1)
+        extents.append(int(high.to_python()) + 1)
         free = free.eliminate(isl.dim_type.set, pos, 1)
     for pos, extent in zip(positions, extents, strict=True):
         free = free.lower_bound_val(isl.dim_type.set, pos, isl.Val.int_from_si(CTX, 0))
@@ -338,6 +388,8 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
     pairs = pairs.project_out(isl.dim_type.out, 0, last)
     span = pairs.lexmax_pw_multi_aff().get_pw_aff(0).sub(pairs.lexmin_pw_multi_aff().get_pw_aff(0))
     widest = largest_value(span)
+    if not widest.is_rat():  # the trip count grows with a symbolic size: no full tile
+        return None
     return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
 
 

@@ -4,6 +4,11 @@ A statement writes one tensor element per point of its domain. A reduction state
 combines its expression into the element (`Y[i, j] += A[i, k] * B[k, j]`); its identity is
 written by a separate init statement, which lowering creates. Dimension names carry
 meaning; the isl objects are derived from text on demand.
+
+A kernel may have symbolic sizes: a tensor extent that is a name is an isl parameter, and
+the statements' domains are sets over those parameters (each at least 1). Such a kernel
+is scheduled and compiled once for all sizes (`params`); `at(sizes)` is its static
+instance, which heuristics and references use.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -22,7 +27,18 @@ import numpy as np
 
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.deps import Dependences, compute_dependences
-from polytile.poly.ir.expr import COMBINERS, Binary, Expr, Load, Unary, loads, walk
+from polytile.poly.ir.expr import (
+    COMBINERS,
+    Binary,
+    Expr,
+    Iter,
+    Load,
+    Unary,
+    const,
+    loads,
+    rewrite,
+    walk,
+)
 
 
 class Role(enum.Enum):
@@ -32,10 +48,15 @@ class Role(enum.Enum):
     TEMP = "temporary"
 
 
+#: a tensor's extent: a number, or a symbolic size: the name of an isl parameter, or
+#: quasi-affine isl text over such names (`1 + seq`, `floor((1 + seq)/2)`)
+Extent = int | str
+
+
 @dataclass(frozen=True)
 class Tensor:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Extent, ...]
     dtype: str
     role: Role
     #: the data of a constant tensor (read-only); None otherwise
@@ -93,6 +114,20 @@ class Statement:
         return ih.parse_map(text).intersect_domain(self.domain_set())
 
 
+def _size_constant(e: Expr, dims: tuple[str, ...], sizes: Mapping[str, int]) -> Expr | None:
+    """A size read as a value (`Iter` of its isl text), as the constant it is at `sizes`."""
+    if isinstance(e, Iter) and e.name not in dims:
+        return const(ih.evaluate(e.name, sizes), e.dtype)
+    return None
+
+
+def size_of(extent: Extent, sizes: Mapping[str, int]) -> int:
+    """An extent's value at these sizes."""
+    if isinstance(extent, int):
+        return extent
+    return int(sizes[extent]) if extent in sizes else ih.evaluate(extent, sizes)
+
+
 def mentions(text: str, name: str) -> bool:
     """Whether the (index) text uses the dimension `name`."""
     return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", text) is not None
@@ -116,6 +151,66 @@ class Kernel:
         """Pickled as its fields only (cached isl objects are rebuilt on demand), so that
         kernels travel to measurement worker processes."""
         return (Kernel, (self.name, dict(self.tensors), self.statements))
+
+    @cached_property
+    def params(self) -> tuple[str, ...]:
+        """The symbolic sizes of the shapes and domains, sorted (empty: a static kernel)."""
+        names = {
+            n for t in self.tensors.values() for d in t.shape if isinstance(d, str)
+            for n in ih.names_in(d)
+        }  # fmt: skip
+        for s in self.statements:
+            names.update(ih.param_names(s.domain_set()))
+            for e in walk(s.expr):  # a size read as a value (`Iter` of its isl text)
+                if isinstance(e, Iter) and e.name not in s.dims:
+                    names.update(ih.names_in(e.name))
+        return tuple(sorted(names))
+
+    def at(self, sizes: Mapping[str, int]) -> Kernel:
+        """The static kernel at these sizes (every parameter given, each at least 1)."""
+        if not self.params:
+            return self
+        missing = [p for p in self.params if p not in sizes]
+        small = {p: sizes[p] for p in self.params if p in sizes and int(sizes[p]) < 1}
+        if missing or small:
+            raise ValueError(
+                f"kernel {self.name}: sizes {dict(sizes)} leave {missing or small} "
+                "unset or below 1"
+            )
+        tensors = {
+            name: replace(t, shape=tuple(size_of(d, sizes) for d in t.shape))
+            for name, t in self.tensors.items()
+        }
+        statements = tuple(
+            replace(
+                s,
+                domain=str(ih.fix_params(s.domain_set(), sizes)),
+                expr=rewrite(s.expr, lambda e, dims=s.dims: _size_constant(e, dims, sizes)),
+            )
+            for s in self.statements
+        )
+        return Kernel(self.name, tensors, statements)
+
+    def sizes_of(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """The symbolic sizes that tensors of these shapes give (by tensor name), checked
+        against each other and the static extents; ValueError naming the first mismatch."""
+        found: dict[str, int] = {}
+        for name, shape in shapes.items():
+            declared = self.tensors[name].shape
+            if len(shape) != len(declared):
+                raise ValueError(f"'{name}' must have rank {len(declared)}, got {list(shape)}")
+            for want, got in zip(declared, shape, strict=True):
+                if isinstance(want, str) and want.isidentifier():
+                    found.setdefault(want, int(got))
+        for name, shape in shapes.items():  # every extent against the sizes found
+            for axis, (want, got) in enumerate(zip(self.tensors[name].shape, shape, strict=True)):
+                if isinstance(want, str) and not set(ih.names_in(want)) <= set(found):
+                    continue  # a size no shape here gives by itself: the caller's to set
+                value = size_of(want, found)
+                if value != got:
+                    shown = want if isinstance(want, int) else f"{want} = {value}"
+                    raise ValueError(f"'{name}' axis {axis} must be {shown}, got {got}")
+        return found
 
     @cached_property
     def statement(self) -> Mapping[str, Statement]:

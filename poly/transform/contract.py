@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polytile.errors import IllegalSchedule
 from polytile.poly.ast.build import AstExpr, AstNode, build_ast, marked_loops, parameter_expr
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import loads
@@ -67,7 +68,8 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
     unbound = marked_loops(build_ast(schedule) if tree is None else tree)
     found = []
     for name, tensor in kernel.tensors.items():
-        if tensor.role is not Role.TEMP:
+        # a symbolic temporary's slices could outnumber its elements at small sizes
+        if tensor.role is not Role.TEMP or any(isinstance(d, str) for d in tensor.shape):
             continue
         touching = [
             s
@@ -76,7 +78,7 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
         ]
         path = _common_loops(schedule, {s.name for s in touching})
         # a loop of one iteration (a batch of 1) binds no iterator but separates nothing
-        path = [lp for lp in path if loop_extent(schedule, lp.name) > 1]
+        path = [lp for lp in path if _runs_more_than_once(schedule, lp.name)]
         path = path[: next((i for i, lp in enumerate(path) if lp.name in unbound), len(path))]
         size = math.prod(tensor.shape)
         for depth in range(len(path), 0, -1):
@@ -95,6 +97,14 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
                 found.append(Private(name, names[-1], origin, span, size // span, shape, outer))
                 break
     return tuple(found)
+
+
+def _runs_more_than_once(schedule: Schedule, loop: str) -> bool:
+    """Whether the loop may take two values (a loop bounded only by a symbolic size may)."""
+    try:
+        return loop_extent(schedule, loop) > 1
+    except IllegalSchedule:
+        return True
 
 
 def _common_loops(schedule: Schedule, stmts: set[str]) -> list[Loop]:

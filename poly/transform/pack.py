@@ -87,6 +87,8 @@ def pack(schedule: Schedule, tensor: str, axis: int, factor: int) -> Schedule:
         raise IllegalSchedule(f"{step}: the constant has no value")
     if not 0 <= axis < len(t.shape) or factor < 2:
         raise IllegalSchedule(f"{step}: axis out of range or factor below 2")
+    if any(isinstance(d, str) for d in t.shape):
+        raise IllegalSchedule(f"{step}: {tensor} has symbolic sizes {list(t.shape)}")
     readers = [s for s in kernel.statements if any(ld.tensor == tensor for ld in loads(s.expr))]
     if not readers:
         raise IllegalSchedule(f"{step}: no statement reads {tensor}")

@@ -70,8 +70,10 @@ def _val(n: int) -> isl.Val:
     return isl.Val.int_from_si(ih.CTX, n)
 
 
-def loop_bounds(schedule: Schedule, name: str) -> tuple[int, int]:
-    """The smallest and largest value the loop takes over all its statements."""
+def loop_bounds(schedule: Schedule, name: str, upper: bool = True) -> tuple[int, int]:
+    """The smallest and largest value the loop takes over all its statements (and all
+    symbolic sizes); IllegalSchedule when a symbolic size leaves one unbounded (with
+    `upper=False`, the largest is not asked for and comes back as -1)."""
     loop = schedule.loop(name)
     lo, hi = math.inf, -math.inf
     for stmt, text in loop.exprs.items():
@@ -79,12 +81,14 @@ def loop_bounds(schedule: Schedule, name: str) -> tuple[int, int]:
         values = isl.Map.from_pw_aff(_pw(text)).intersect_domain(domain).range()
         if values.is_empty():
             continue
-        lo = min(
-            lo, values.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
-        )
-        hi = max(
-            hi, values.lexmax().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
-        )
+        low = values.dim_min_val(0)
+        high = values.dim_max_val(0) if upper else isl.Val.int_from_si(ih.CTX, -1)
+        if not (low.is_int() and high.is_int()):
+            raise IllegalSchedule(
+                f"kernel {schedule.kernel.name}: loop {name} has no bound over all sizes "
+                f"{list(schedule.kernel.params)}"
+            )
+        lo, hi = min(lo, low.to_python()), max(hi, high.to_python())
     if lo is math.inf:
         return 0, -1
     return int(lo), int(hi)
@@ -113,7 +117,10 @@ def split_named(
         raise IllegalSchedule(f"split of {loop}: give two or more factors, at most one None")
     if any(f is not None and f < 1 for f in factors):
         raise IllegalSchedule(f"split of {loop}: factors must be positive, got {list(factors)}")
-    lo, hi = loop_bounds(schedule, loop)
+    # the outermost factor shapes no loop's value: only an inner one left to infer needs
+    # the extent (which a symbolic size may leave unbounded)
+    inferred = None in factors[1:]
+    lo, hi = loop_bounds(schedule, loop, upper=inferred)
     if lo < 0:
         raise IllegalSchedule(f"split of {loop}: the loop starts below 0 (at {lo})")
     extent = hi + 1  # tiles are aligned to multiples of the factors, counted from 0
@@ -222,10 +229,11 @@ def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
     path = _chain(schedule, names, step)
     if [loop.name for loop in path] != list(names):
         raise IllegalSchedule(f"{step}: loops must be consecutive, outermost first")
-    extents = [loop_extent(schedule, n) for n in names]
     for n in names:
-        if loop_bounds(schedule, n)[0] != 0:
+        if loop_bounds(schedule, n, upper=False)[0] != 0:
             raise IllegalSchedule(f"{step}: loop {n} does not start at 0")
+    # the outermost loop's extent is not needed (it may be symbolic); the others' are
+    extents = [0, *(loop_extent(schedule, n) for n in names[1:])]
     stmts = statements_below(path[0])
     exprs = {}
     for stmt in stmts:
@@ -537,6 +545,14 @@ def apply_step(schedule: Schedule, step: Step) -> Schedule:
     extra = sorted(set(step.args) - set(expected))
     if extra:
         raise IllegalSchedule(f"step '{step.kind}' has unknown argument(s) {extra}")
+    kernel = schedule.kernel
+    for arg, known in (("stmt", kernel.statement), ("tensor", kernel.tensors)):
+        if arg in step.args and step.args[arg] not in known:
+            name = step.args[arg]
+            raise IllegalSchedule(
+                f"kernel {kernel.name}: {step.kind}({name}): no {arg.replace('stmt', 'statement')} "
+                f"'{name}'"
+            )
     return STEPS[step.kind](schedule, step.args)
 
 

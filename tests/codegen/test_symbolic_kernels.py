@@ -1,0 +1,169 @@
+"""Kernels with symbolic sizes (isl parameters), compiled once and run at many sizes.
+
+Random kernels of each kind (elementwise, reductions, matrix products, batched attention
+products, convolutions with symbolic spatial sizes, softmax) take random legal schedules:
+the search space's samples for the kernel's instance at one size, replayed on the
+symbolic kernel (every step checked again for all sizes). Each compiled kernel then runs
+at random sizes, smaller than a tile and not multiples of a vector among them, against
+numpy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pytest
+
+from polytile.codegen.native import NativeKernel
+from polytile.errors import IllegalSchedule, InputError
+from polytile.poly.default.schedule import default_schedule
+from polytile.poly.dsl import kernel
+from polytile.poly.ir.kernel import Kernel
+from polytile.poly.transform.steps import replay
+from polytile.search.space import SearchSpace
+
+Reference = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _conv_same(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """3×3 convolution with one pixel of zero padding: x [k, n, m], w [c, k, 3, 3]."""
+    k, n, m = x.shape
+    padded = np.zeros((k, n + 2, m + 2), x.dtype)
+    padded[:, 1:-1, 1:-1] = x
+    out = np.zeros((w.shape[0], n, m), np.float64)
+    for r in range(3):
+        for s in range(3):
+            out += np.einsum("ck,khw->chw", w[:, :, r, s], padded[:, r : r + n, s : s + m])
+    return out
+
+
+#: name → (kernel, numpy reference)
+CASES: dict[str, tuple[Kernel, Reference]] = {
+    "broadcast": (
+        kernel("Y[i, j] = X[i, j] * B[j] + 1.0", X=("n", 37), B=(37,)),
+        lambda d: {"Y": d["X"] * d["B"] + 1},
+    ),
+    "inner": (
+        kernel("Y[i, j] = max(X[i, j], 0.0)", X=(5, "n")),
+        lambda d: {"Y": np.maximum(d["X"], 0)},
+    ),
+    "row_sum": (kernel("Y[i] += X[i, j]", X=(13, "n")), lambda d: {"Y": d["X"].sum(1)}),
+    "column_max": (kernel("Y[j] max= X[i, j]", X=("n", 33)), lambda d: {"Y": d["X"].max(0)}),
+    "matmul": (
+        kernel("Y[i, j] += A[i, k] * B[k, j]", A=("m", "q"), B=("q", "p")),
+        lambda d: {"Y": d["A"] @ d["B"]},
+    ),
+    "attention": (
+        kernel("S[b, i, j] += Q[b, i, e] * K[b, j, e]", Q=("h", "s", 16), K=("h", "s", 16)),
+        lambda d: {"S": np.einsum("bie,bje->bij", d["Q"], d["K"])},
+    ),
+    "conv": (
+        kernel(
+            "Y[c, h, w] += X[k, h + r - 1, w + t - 1] * W[c, k, r, t] "
+            "if 0 <= h + r - 1 < n and 0 <= w + t - 1 < m",
+            X=(4, "n", "m"),
+            W=(8, 4, 3, 3),
+            extents={"h": "n", "w": "m"},
+        ),
+        lambda d: {"Y": _conv_same(d["X"], d["W"])},
+    ),
+    "softmax": (
+        kernel(
+            "M[i] max= X[i, j]",
+            "E[i, j] = exp(X[i, j] - M[i])",
+            "S[i] += E[i, j]",
+            "Y[i, j] = E[i, j] / S[i]",
+            X=("n", "p"),
+            outputs=["Y"],
+        ),
+        lambda d: {"Y": _softmax(d["X"])},
+    ),
+}
+
+#: sizes a run draws from: below a tile, around and off vector multiples, larger ones
+SIZES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 47, 64, 70)
+#: the size the search space's samples are made for
+SAMPLED_AT = 24
+
+
+def _schedules(k: Kernel, count: int, seed: int) -> list:
+    """The default schedule, then random legal schedules of the search space: each
+    sample of the instance at `SAMPLED_AT` replayed on the symbolic kernel (a sample
+    whose steps do not hold for all sizes is refused, as the search would)."""
+    space = SearchSpace(k.at({p: SAMPLED_AT for p in k.params}))
+    rng = random.Random(seed)
+    schedules = [default_schedule(k)]
+    tries = 0
+    while len(schedules) < count + 1 and tries < 8 * count:
+        tries += 1
+        try:
+            trace = space.build(space.sample(rng)).trace
+            schedules.append(replay(k, trace))
+        except IllegalSchedule:
+            continue
+    return schedules
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_symbolic_kernel_matches_numpy_at_every_size(name: str) -> None:
+    k, reference = CASES[name]
+    assert k.params, "the case has symbolic sizes"
+    rng = random.Random(name)
+    for number, schedule in enumerate(_schedules(k, count=2, seed=len(name))):
+        native = NativeKernel(schedule)
+        for run in range(3):
+            sizes = {p: rng.choice(SIZES) for p in k.params}
+            inputs = native.random_inputs(seed=run, sizes=sizes)
+            got = native.outputs(inputs)
+            for out, want in reference(inputs).items():
+                assert got[out].shape == want.shape
+                np.testing.assert_allclose(
+                    got[out],
+                    want,
+                    rtol=1e-4,
+                    atol=1e-4,
+                    err_msg=f"{name}, schedule {number} {schedule.trace_json()}, sizes {sizes}",
+                )
+
+
+def test_symbolic_kernel_reuses_one_compile_for_all_sizes() -> None:
+    """One function serves every size: the sizes are arguments, not constants."""
+    k, reference = CASES["matmul"]
+    native = NativeKernel(default_schedule(k))
+    assert "i64 %" in native.ir.split("define", 1)[1].split("\n", 1)[0]
+    for sizes in ({"m": 1, "q": 1, "p": 1}, {"m": 7, "q": 70, "p": 33}):
+        inputs = native.random_inputs(seed=3, sizes=sizes)
+        np.testing.assert_allclose(
+            native.outputs(inputs)["Y"], reference(inputs)["Y"], rtol=1e-4, atol=1e-4
+        )
+
+
+def test_instance_at_sizes_is_the_static_kernel() -> None:
+    k, _ = CASES["matmul"]
+    static = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(3, 4), B=(4, 5))
+    instance = k.at({"m": 3, "q": 4, "p": 5})
+    assert not instance.params
+    assert {n: t.shape for n, t in instance.tensors.items()} == {
+        n: t.shape for n, t in static.tensors.items()
+    }
+    for mine, theirs in zip(instance.statements, static.statements, strict=True):
+        assert mine.domain_set().is_equal(theirs.domain_set())
+
+
+def test_bad_sizes_name_the_size_or_input() -> None:
+    k, _ = CASES["matmul"]
+    native = NativeKernel(default_schedule(k))
+    a = np.zeros((3, 4), np.float32)
+    with pytest.raises(InputError, match="'B' axis 0 must be q = 4, got 5"):
+        native.outputs({"A": a, "B": np.zeros((5, 2), np.float32)})
+    with pytest.raises(InputError, match="size 'm' must be at least 1"):
+        native.outputs({"A": a, "B": np.zeros((4, 2), np.float32)}, sizes={"m": 0})
+    with pytest.raises(ValueError, match="unset or below 1"):
+        k.at({"m": 3})
