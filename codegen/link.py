@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +33,16 @@ from polytile.frontend.ops.indexing import (
     first_out_of_range,
     out_of_range_message,
 )
+from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic_isl import to_isl
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ir.deps import may_share
-from polytile.poly.ir.kernel import Kernel, Role
+from polytile.poly.ir.kernel import Extent, Kernel, Role
 from polytile.poly.ir.schedule import Schedule
+from polytile.poly.lower.base import extent
 
 from . import cache
+from .dynamic import ArenaTensor, DynamicPlan
 from .jit import Part, compile_parts, finalize, forked_map
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
@@ -93,6 +97,9 @@ class Layout:
     arena_bytes: int
     #: bytes the arena's tensors would take without sharing
     unshared_bytes: int
+    #: for a model compiled for all sizes: its sizes and arena, planned per run (its
+    #: arena slots are `dynamic`, `arena_bytes` is 0)
+    dynamic: DynamicPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,15 @@ def link(
     placed = layout(graph, schedules, emitted.names, workloads, checks)
     entry = new_module(graph.name, target)
     constant_bytes = [c.nbytes for c in placed.constants]
-    add_entry(entry, ENTRY, placed.calls, emitted.arity, constant_bytes, placed.checks)
+    add_entry(
+        entry,
+        ENTRY,
+        placed.calls,
+        emitted.arity,
+        constant_bytes,
+        placed.checks,
+        dynamic=placed.dynamic is not None,
+    )
     texts = [finalize(entry.module, target), *emitted.texts]
     parts = compile_parts(texts, target, workers)
     return Linked(placed, tuple(parts), len(emitted.texts))
@@ -238,12 +253,15 @@ def layout(
 ) -> Layout:
     """Where the tensors of the graph's kernels live when step i calls the function
     `names[i]` on `schedules[i]`'s kernel (see the module's docstring)."""
-    places = _Places(graph)
+    places = _Places(graph, any(s.kernel.params for s in schedules))
     args = [
         tuple(places.slot(step, t.name, s.kernel) for t in s.kernel.tensors.values())
         for step, s in enumerate(schedules)
     ]
-    plan = plan_memory(places.lifetimes, places.in_place(schedules))
+    shared = places.in_place(schedules)
+    if places.dynamic:
+        return _dynamic_layout(graph, schedules, names, workloads, checks, places, args, shared)
+    plan = plan_memory(places.lifetimes, shared)
 
     def placed(slot: Slot) -> Slot:
         if slot.kind == "arena":
@@ -257,7 +275,7 @@ def layout(
     # one scan per index tensor and step when several nodes there index alike with it
     found: dict[tuple[int, Slot, tuple[int, ...]], IndexCheck] = {}
     for c in checks:
-        guard = places.check(c, plan.offsets)
+        guard = places.check(c, lambda name: Slot("arena", plan.offsets[name]))
         found.setdefault((guard.step, guard.slot, guard.sizes), guard)
     copies = places.copies()
     return Layout(
@@ -270,12 +288,91 @@ def layout(
     )
 
 
+def _dynamic_layout(
+    graph: Graph,
+    schedules: Sequence[Schedule],
+    names: Sequence[str],
+    workloads: Sequence[str],
+    checks: Sequence[PendingCheck],
+    places: _Places,
+    args: Sequence[tuple[Slot, ...]],
+    shared: Mapping[str, str],
+) -> Layout:
+    """`layout` for kernels with symbolic sizes: arena offsets and sizes come from the
+    entry's dynamic table, which `codegen.dynamic` fills per run."""
+    named, derived = symbolic_sizes(graph)
+    counted = tuple(
+        (tuple(extent(d) for d in graph.types[c.tensor].shape), tuple(map(extent, c.bound.sizes)))
+        for c in checks
+    )
+    plan = DynamicPlan(
+        named,
+        derived,
+        tuple(
+            ArenaTensor(name, *places.shapes[name], life.first, life.last)
+            for name, life in ((n, places.lifetimes[n]) for n in places.arena_names)
+        ),
+        shared,
+        counted,
+    )
+    entry = len(plan.sizes) + len(plan.arena)  # each check's count, then its bounds
+    guards = []
+    for c, (_, sizes) in zip(checks, counted, strict=True):
+        arena = lambda name: Slot("dynamic", len(plan.sizes) + places.arena_index[name])  # noqa: E731
+        guards.append(places.check(c, arena, entry))
+        entry += 1 + len(sizes)
+    position = {name: i for i, name in enumerate(plan.sizes)}
+    missing = sorted({p for s in schedules for p in s.kernel.params} - set(position))
+    if missing:
+        raise CodegenError(
+            f"model '{graph.name}': kernels use sizes {missing} that its inputs do not give"
+        )
+
+    def placed(slot: Slot) -> Slot:
+        return Slot("dynamic", len(plan.sizes) + slot.index) if slot.kind == "arena" else slot
+
+    calls = tuple(
+        KernelCall(
+            function,
+            tuple(placed(s) for s in slots),
+            workload,
+            tuple(position[p] for p in schedule.kernel.params),
+        )
+        for function, slots, workload, schedule in zip(
+            names, args, workloads, schedules, strict=True
+        )
+    )
+    copies = places.copies()
+    return Layout(calls, tuple(places.constants), copies, tuple(guards), 0, 0, plan)
+
+
+def symbolic_sizes(graph: Graph) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The named sizes of a graph's input shapes (in order of appearance) and the derived
+    sizes its tensors' isl forms use (each a product of sizes, as `Dim` text)."""
+    named: dict[str, None] = {}
+    for name in graph.inputs:
+        for d in graph.types[name].shape:
+            if isinstance(d, Dim):
+                named.update(dict.fromkeys(sorted(d.params)))
+    derived: dict[str, str] = {}
+    for t in graph.types.values():
+        for d in t.shape:
+            if isinstance(d, Dim):
+                derived.update({k: str(v) for k, v in to_isl([d]).derived.items()})
+    return tuple(named), derived
+
+
 class _Places:
     """`layout`'s bookkeeping as the kernels' tensors are met: caller tables, constants
-    and arena tensors with their lifetimes."""
+    and arena tensors with their lifetimes. With symbolic sizes (`dynamic`), an arena
+    tensor's size is its element size and shape (`shapes`), and its lifetime's `size`
+    a number standing for that pair (equal pairs, equal numbers: what sharing compares)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, dynamic: bool = False) -> None:
         self.graph = graph
+        self.dynamic = dynamic
+        self.shapes: dict[str, tuple[int, tuple[Extent, ...]]] = {}
+        self._sizes: dict[tuple[int, tuple[Extent, ...]], int] = {}
         self.inputs = {n: i for i, n in enumerate(graph.inputs)}
         self.outputs: dict[str, int] = {}
         for i, n in enumerate(graph.outputs):
@@ -301,15 +398,31 @@ class _Places:
         )
         return Slot("arena", self.arena_index[name])
 
+    def _symbolic(self, name: str, itemsize: int, shape: tuple[Extent, ...]) -> int:
+        """The stand-in size of a tensor of symbolic shape (see the class)."""
+        key = (itemsize, shape)
+        self.shapes.setdefault(name, key)
+        return self._sizes.setdefault(key, len(self._sizes) + 1)
+
     def slot(self, step: int, tensor: str, kernel: Kernel) -> Slot:
         """The slot of a kernel's tensor at `step` (arena slots by arena name's index)."""
         t = kernel.tensors[tensor]
-        nbytes = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+        itemsize = np.dtype(t.dtype).itemsize
+        if self.dynamic and t.role is Role.TEMP:
+            name = f"{kernel.name}/{step}/{tensor}"
+            return self._arena(name, self._symbolic(name, itemsize, t.shape), step)
+        if self.dynamic and t.role is not Role.CONSTANT:
+            source = self.source(t.source)
+            if source not in self.inputs and source not in self.outputs:
+                self.held.setdefault(step, {})[tensor] = source
+                shape = tuple(extent(d) for d in self.graph.types[source].shape)
+                return self._arena(source, self._symbolic(source, itemsize, shape), step)
         if t.role is Role.CONSTANT:
             assert t.value is not None
             self.constants.append(np.ascontiguousarray(np.asarray(t.value, dtype=t.dtype)))
             return Slot("constant", len(self.constants) - 1)
         if t.role is Role.TEMP:
+            nbytes = int(np.prod(t.shape, dtype=np.int64)) * itemsize
             return self._arena(f"{kernel.name}/{step}/{tensor}", nbytes, step)
         source = self.source(t.source)
         if source in self.inputs:
@@ -320,15 +433,18 @@ class _Places:
         self.held.setdefault(step, {})[tensor] = source
         return self._arena(source, source_type.nbytes, step)
 
-    def check(self, pending: PendingCheck, offsets: Mapping[str, int]) -> IndexCheck:
-        """The run-time check of an index tensor, at the slot where it lives."""
+    def check(
+        self, pending: PendingCheck, arena: Callable[[str], Slot], count_entry: int = -1
+    ) -> IndexCheck:
+        """The run-time check of an index tensor, at the slot where it lives (`arena`:
+        an arena tensor's); `count_entry`: the dynamic table's entry of its count."""
         source = self.source(pending.tensor)
         if source in self.inputs:
             slot = Slot("input", self.inputs[source])
         elif source in self.outputs:
             slot = Slot("output", self.outputs[source])
         elif source in self.arena_index:
-            slot = Slot("arena", offsets[source])
+            slot = arena(source)
         else:  # fusion keeps index producers out of their consumer's group
             raise CodegenError(
                 f"{pending.node} in model '{self.graph.name}': index input '{pending.tensor}' "
@@ -336,9 +452,10 @@ class _Places:
             )
         t = self.graph.types[pending.tensor]  # a view's shape: positions as the node sees them
         bound = pending.bound
+        shape, sizes = tuple(map(extent, t.shape)), tuple(map(extent, bound.sizes))
         return IndexCheck(
-            pending.step, slot, t.dtype, t.shape, bound.sizes, pending.node, pending.tensor,
-            bound.data, bound.axis,
+            pending.step, slot, t.dtype, shape, sizes, pending.node, pending.tensor,
+            bound.data, bound.axis, count_entry,
         )  # fmt: skip
 
     def in_place(self, schedules: Sequence[Schedule]) -> dict[str, str]:

@@ -1,10 +1,13 @@
 """A whole model as one LLVM module: its kernel functions plus an entry function
 
-    i32 <entry>(ptr inputs, ptr outputs, ptr constants, ptr arena)
+    i32 <entry>(ptr inputs, ptr outputs, ptr constants, ptr arena[, ptr dynamic])
 
 that calls the kernels in order, each tensor argument resolved to a slot: an input or
 output pointer from the caller's tables, a constant from the constants table, or an
-offset into the workspace arena (see `plan`).
+offset into the workspace arena (see `plan`). A model compiled for all sizes takes a
+fifth argument, an i64 table holding the sizes of the run, then the arena offsets the
+memory plan gives at those sizes (`codegen.dynamic`): its arena slots are `dynamic`
+(the offset is the table's entry) and each call passes its kernel's sizes from it.
 
 Before a kernel that reads indices from a run-time tensor (Gather, Scatter, ...), the
 entry scans that tensor once (`IndexCheck`): a value outside [-n, n-1] of the axis it
@@ -28,7 +31,7 @@ from .kernel import KernelFunction, emit_kernel
 from .llvm_types import I1, I32, I64, PTR, ModuleContext, memory_type
 from .target import Target, openmp_library
 
-SLOT_KINDS = ("input", "output", "constant", "arena")
+SLOT_KINDS = ("input", "output", "constant", "arena", "dynamic")
 
 #: the globals where the entry leaves a failed check's position and value (i64 each)
 FAULT = ("polytile_fault_position", "polytile_fault_value")
@@ -40,7 +43,8 @@ PREFETCH_MIN_BYTES = 1 << 16
 @dataclass(frozen=True)
 class Slot:
     kind: str
-    #: table index (input / output / constant) or byte offset (arena)
+    #: table index (input / output / constant / dynamic: the entry holding the arena
+    #: offset) or byte offset (arena)
     index: int
 
     def to_json(self) -> list[object]:
@@ -54,13 +58,18 @@ class KernelCall:
     #: the workload key of the call's kernel (what tuning records are keyed by; empty in
     #: models saved before it was kept)
     workload: str = ""
+    #: the entries of the dynamic table holding its kernel's sizes, in argument order
+    sizes: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "function": self.function,
             "args": [a.to_json() for a in self.args],
             "workload": self.workload,
         }
+        if self.sizes:
+            data["sizes"] = list(self.sizes)
+        return data
 
     @staticmethod
     def from_json(data: dict) -> KernelCall:
@@ -68,6 +77,7 @@ class KernelCall:
             str(data["function"]),
             tuple(Slot(str(k), int(i)) for k, i in data["args"]),
             str(data.get("workload", "")),
+            tuple(int(i) for i in data.get("sizes", ())),
         )
 
 
@@ -81,18 +91,21 @@ class IndexCheck:
     step: int
     slot: Slot
     dtype: str
-    shape: tuple[int, ...]
-    sizes: tuple[int, ...]
+    shape: tuple[int | str, ...]
+    sizes: tuple[int | str, ...]
     node: str
     input: str
     data: str
     axis: int
+    #: with symbolic sizes, the dynamic table's entry holding the element count, which
+    #: the bounds follow (`shape` and `sizes` then hold isl texts); -1: none
+    count_entry: int = -1
 
     @property
     def count(self) -> int:
         total = 1
         for d in self.shape:
-            total *= d
+            total *= d  # type: ignore[assignment]
         return total
 
     def to_json(self) -> dict[str, object]:
@@ -106,6 +119,7 @@ class IndexCheck:
             "input": self.input,
             "data": self.data,
             "axis": self.axis,
+            **({"count_entry": self.count_entry} if self.count_entry >= 0 else {}),
         }
 
     @staticmethod
@@ -115,12 +129,13 @@ class IndexCheck:
             int(data["step"]),
             Slot(str(kind), int(index)),
             str(data["dtype"]),
-            tuple(int(d) for d in data["shape"]),
-            tuple(int(n) for n in data["sizes"]),
+            tuple(d if isinstance(d, str) else int(d) for d in data["shape"]),
+            tuple(n if isinstance(n, str) else int(n) for n in data["sizes"]),
             str(data["node"]),
             str(data["input"]),
             str(data["data"]),
             int(data["axis"]),
+            int(data.get("count_entry", -1)),
         )
 
 
@@ -161,24 +176,31 @@ def add_entry(
     arity: Mapping[str, int],
     constant_bytes: Sequence[int] = (),
     checks: Sequence[IndexCheck] = (),
+    dynamic: bool = False,
 ) -> None:
-    """The entry function; `arity` gives each kernel function's argument count (kernels
-    live in other modules and are declared here). With `constant_bytes` (each constant's
-    size), on a target that prefetches weights, each call's parallel iterations prefetch
-    the next call's largest constant. `checks` run before the calls they name; the
-    entry returns 0, or the number of the failed check plus one."""
-    fn = ir.Function(mc.module, ir.FunctionType(I32, [PTR] * 4), name=name)
+    """The entry function; `arity` gives each kernel function's tensor argument count
+    (kernels live in other modules and are declared here). With `constant_bytes` (each
+    constant's size), on a target that prefetches weights, each call's parallel
+    iterations prefetch the next call's largest constant. `checks` run before the calls
+    they name; the entry returns 0, or the number of the failed check plus one.
+    `dynamic`: the entry takes the dynamic table (a model compiled for all sizes)."""
+    arguments = [PTR] * (5 if dynamic else 4)
+    fn = ir.Function(mc.module, ir.FunctionType(I32, arguments), name=name)
     tables = dict(zip(("input", "output", "constant"), fn.args[:3], strict=True))
     arena = fn.args[3]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def entry(index: int) -> ir.Value:
+        """Entry `index` of the dynamic table (a size or an arena offset)."""
+        at = b.gep(fn.args[4], [ir.Constant(I64, index)], inbounds=True, source_etype=I64)
+        return b.load(at, typ=I64)
     window_at, window_lines = mc.prefetch_window()  # defined here either way
     targets = prefetch_targets(calls, constant_bytes) if mc.target.prefetch_weights else None
 
     def pointer(slot: Slot) -> ir.Value:
-        if slot.kind == "arena":
-            return b.gep(
-                arena, [ir.Constant(I64, slot.index)], inbounds=True, source_etype=ir.IntType(8)
-            )
+        if slot.kind in ("arena", "dynamic"):
+            offset = ir.Constant(I64, slot.index) if slot.kind == "arena" else entry(slot.index)
+            return b.gep(arena, [offset], inbounds=True, source_etype=ir.IntType(8))
         at = b.gep(
             tables[slot.kind], [ir.Constant(I64, slot.index)], inbounds=True, source_etype=PTR
         )
@@ -189,7 +211,12 @@ def add_entry(
         for number, check in enumerate(checks):
             if check.step == step:
                 assert fault is not None
-                _emit_check(mc, b, fn, number, check, pointer(check.slot), fault)
+                table = None
+                if check.count_entry >= 0:  # its count, then its bounds, in the table
+                    table = b.gep(
+                        fn.args[4], [ir.Constant(I64, check.count_entry)], source_etype=I64
+                    )
+                _emit_check(mc, b, fn, number, check, pointer(check.slot), fault, table)
         ahead = targets[step] if targets is not None else None
         if targets is not None and ahead is None:
             # an empty window at the last one's start (a valid line)
@@ -200,8 +227,9 @@ def add_entry(
             )
             b.store(b.load(at, typ=PTR), window_at)
             b.store(ir.Constant(I64, constant_bytes[ahead] // 64), window_lines)
-        callee = mc.function(call.function, ir.VoidType(), [PTR] * arity[call.function])
-        b.call(callee, [pointer(slot) for slot in call.args])
+        signature = [PTR] * arity[call.function] + [I64] * len(call.sizes)
+        callee = mc.function(call.function, ir.VoidType(), signature)
+        b.call(callee, [*(pointer(slot) for slot in call.args), *map(entry, call.sizes)])
     if targets is not None:
         b.store(ir.Constant(I64, 0), window_lines)
     b.ret(ir.Constant(I32, 0))
@@ -225,16 +253,26 @@ def _emit_check(
     check: IndexCheck,
     data: ir.Value,
     fault: tuple[ir.GlobalVariable, ...],
+    table: ir.Value | None = None,
 ) -> None:
-    """if ((pos = scan(data)) >= 0) { FAULT = {pos, data[pos]}; return number + 1; }"""
-    sizes = ir.GlobalVariable(
-        mc.module, ir.ArrayType(I64, len(check.sizes)), name=f"polytile_bounds{number}"
-    )
-    sizes.initializer = ir.Constant(sizes.value_type, [ir.Constant(I64, n) for n in check.sizes])
-    sizes.global_constant = True
-    sizes.linkage = "private"
+    """if ((pos = scan(data)) >= 0) { FAULT = {pos, data[pos]}; return number + 1; }
+    (`table`: where the dynamic table holds the count, then the bounds, of a check of
+    symbolic sizes)"""
     scan = _scan_function(mc, check.dtype)
-    count = ir.Constant(I64, check.count)
+    sizes: ir.Value
+    if table is None:
+        bounds = ir.GlobalVariable(
+            mc.module, ir.ArrayType(I64, len(check.sizes)), name=f"polytile_bounds{number}"
+        )
+        bounds.initializer = ir.Constant(
+            bounds.value_type, [ir.Constant(I64, n) for n in check.sizes]
+        )
+        bounds.global_constant = True
+        bounds.linkage = "private"
+        sizes, count = bounds, ir.Constant(I64, check.count)
+    else:
+        count = b.load(table, typ=I64)
+        sizes = b.gep(table, [ir.Constant(I64, 1)], source_etype=I64)
     period = ir.Constant(I64, len(check.sizes))
     position = b.call(scan, [data, count, period, sizes])
     failed = b.icmp_signed(">=", position, ir.Constant(I64, 0))

@@ -19,6 +19,7 @@ from polytile.names import unique_name
 from .evaluate import try_evaluate
 from .graph import Graph, Node, TensorType, readonly
 from .ops import OPS, InferContext, OpKind
+from .symbolic import is_static
 from .widen import widen_low_precision
 
 
@@ -106,6 +107,9 @@ def fold_constants(graph: Graph) -> Graph:
             continue
         ctx = _context(graph, node, values)
         out_types = [graph.types[o] if o else TensorType((0,), "float32") for o in node.outputs]
+        if not all(is_static(d) for t in out_types for d in t.shape):
+            kept.append(node)  # its size is known only at run time
+            continue
         out_bytes = sum(t.nbytes for t in out_types)
         in_bytes = sum(values[i].nbytes for i in node.inputs if i in values)
         if out_bytes > FOLD_LIMIT_BYTES and out_bytes > in_bytes:

@@ -23,6 +23,8 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import onnx
+
 from polytile.codegen.configs import default_config, lower_config
 from polytile.codegen.jit import JitModule, forked_map
 from polytile.codegen.link import PendingCheck, index_bounds, link
@@ -31,6 +33,10 @@ from polytile.errors import IllegalSchedule
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
 from polytile.frontend.importer import ModelSource
+from polytile.frontend.loading import load_model
+from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic_graph import compute_graph
+from polytile.frontend.symbolic_import import import_symbolic
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ast.check import verify_ast
 from polytile.poly.default.schedule import default_schedule
@@ -73,6 +79,8 @@ def compile(
     target: Target | None = None,
     progress: Callable[[int, int], None] | None = None,
     lowering: LowerConfig | None = None,
+    dynamic: bool | None = None,
+    bounds: Mapping[str, Sequence[int]] | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path, bytes, ModelProto or an imported Graph) for this CPU.
 
@@ -80,10 +88,38 @@ def compile(
     `lowering` chooses between compute definitions (Winograd convs or direct ones; the
     target's `lower_config` by default), and tuning records apply to the kernels of the
     default choice.
+
+    `dynamic`: compile once for every value of the symbolic input sizes (ONNX
+    `dim_param`s, or names in `input_shapes`), within `bounds` (`{"seq": (1, 512)}`):
+    the model then runs at any of them without compiling again. None (the default) does
+    so when an input keeps a symbolic size; False asks for a static compile, which needs
+    `input_shapes` with every size.
     """
-    stats = CompileStats()
     start = time.perf_counter()
-    graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
+    if isinstance(model, Graph):
+        return _compile(model, start, records, opt_level, num_threads, target, progress, lowering)
+    proto, _ = load_model(model)
+    if not (dynamic or (dynamic is None and symbolic_inputs(proto, input_shapes))):
+        graph = import_model(proto, input_shapes=input_shapes)
+        return _compile(graph, start, records, opt_level, num_threads, target, progress, lowering)
+    symbolic = import_symbolic(proto, input_shapes, bounds)
+    with symbolic.assumed():  # the sizes' comparisons decided under the model's bounds
+        graph = compute_graph(symbolic.graph, symbolic.values)
+        return _compile(graph, start, records, opt_level, num_threads, target, progress, lowering)
+
+
+def _compile(
+    graph: Graph,
+    start: float,
+    records: object,
+    opt_level: int,
+    num_threads: int | None,
+    target: Target | None,
+    progress: Callable[[int, int], None] | None,
+    lowering: LowerConfig | None,
+) -> CompiledModel:
+    """`compile` of an imported graph (`start`: when the import began)."""
+    stats = CompileStats()
     graph = optimize_graph(graph)
     parts = partition(graph)
     stats.frontend = time.perf_counter() - start
@@ -168,13 +204,38 @@ def build(
     stats.unshared_bytes = layout.unshared_bytes
     manifest = Manifest(
         name=graph.name,
-        inputs=tuple(IOSpec(n, graph.types[n].dtype, graph.types[n].shape) for n in graph.inputs),
-        outputs=tuple(IOSpec(n, graph.types[n].dtype, graph.types[n].shape) for n in graph.outputs),
+        inputs=tuple(_spec(graph, n) for n in graph.inputs),
+        outputs=tuple(_spec(graph, n) for n in graph.outputs),
         entry=linked.entry,
         arena_bytes=layout.arena_bytes,
         copies=layout.copies,
         target=target.key(),
         calls=layout.calls,
         checks=layout.checks,
+        dynamic=layout.dynamic,
     )
     return CompiledModel(manifest, layout.constants, jit, linked.parts, target, stats)
+
+
+def _spec(graph: Graph, name: str) -> IOSpec:
+    """A graph input's or output's spec, a symbolic size as its `Dim` text."""
+    t = graph.types[name]
+    return IOSpec(name, t.dtype, tuple(str(d) if isinstance(d, Dim) else d for d in t.shape))
+
+
+def symbolic_inputs(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int | str]] | None
+) -> bool:
+    """Whether an input of the model keeps a symbolic size: a `dim_param` or an unknown
+    size that `input_shapes` does not fix, or a name there."""
+    given = dict(input_shapes or {})
+    if any(isinstance(d, str) for shape in given.values() for d in shape):
+        return True
+    initializers = {t.name for t in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers or value.name in given:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+            return True
+    return False

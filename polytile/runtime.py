@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
 from polytile.codegen.jit import (
     JitModule,
     Part,
@@ -46,6 +47,7 @@ from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, Mode
 from polytile.frontend.narrow import FLOAT_FORMATS
 from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
 from polytile.poly.ir.buffers import aligned_block, aligned_empty
+from polytile.poly.ir.kernel import size_of
 from polytile.version import __version__
 
 FORMAT_VERSION = 1
@@ -59,7 +61,8 @@ ALIGNED_OUTPUT_BYTES = 16384
 class IOSpec:
     name: str
     dtype: str
-    shape: tuple[int, ...]
+    #: sizes, and in a model compiled for all sizes symbolic ones (`Dim` text)
+    shape: tuple[int | str, ...]
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class Manifest:
     calls: tuple[KernelCall, ...]
     #: run-time index checks the entry makes (None: saved before checks, no status)
     checks: tuple[IndexCheck, ...] | None = ()
+    #: a model compiled for all sizes: its sizes and arena, worked out per run
+    dynamic: DynamicPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         def spec(s: IOSpec) -> dict[str, Any]:
@@ -93,12 +98,15 @@ class Manifest:
         }
         if self.checks is not None:  # None: saved before the checks, its entry returns nothing
             data["checks"] = [c.to_json() for c in self.checks]
+        if self.dynamic is not None:
+            data["dynamic"] = self.dynamic.to_json()
         return data
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Manifest:
         def spec(d: Mapping[str, Any]) -> IOSpec:
-            return IOSpec(str(d["name"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]))
+            shape = tuple(x if isinstance(x, str) else int(x) for x in d["shape"])
+            return IOSpec(str(d["name"]), str(d["dtype"]), shape)
 
         return Manifest(
             name=str(data["name"]),
@@ -112,6 +120,7 @@ class Manifest:
             checks=(
                 tuple(IndexCheck.from_json(c) for c in data["checks"]) if "checks" in data else None
             ),
+            dynamic=DynamicPlan.from_json(data["dynamic"]) if "dynamic" in data else None,
         )
 
 
@@ -158,6 +167,7 @@ def replace_directory(path: Path, write: Callable[[Path], None]) -> None:
 _ARGS = (ctypes.c_void_p,) * 4
 _Entry = ctypes.CFUNCTYPE(ctypes.c_int32, *_ARGS)
 _LegacyEntry = ctypes.CFUNCTYPE(None, *_ARGS)
+_DynamicEntry = ctypes.CFUNCTYPE(ctypes.c_int32, *_ARGS, ctypes.c_void_p)
 
 
 class CompiledModel:
@@ -180,6 +190,8 @@ class CompiledModel:
         self._parts = list(parts)
         kind = _LegacyEntry if manifest.checks is None else _Entry
         self._entry = kind(jit.address(manifest.entry))
+        if manifest.dynamic is not None:
+            self._entry = _DynamicEntry(jit.address(manifest.entry))
         self._lock = threading.Lock()
         self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
@@ -193,6 +205,7 @@ class CompiledModel:
         self._output_specs = [
             (s.shape, np.dtype(s.dtype), math.prod(s.shape) * np.dtype(s.dtype).itemsize)
             for s in manifest.outputs
+            if manifest.dynamic is None
         ]
 
     # --- running ----------------------------------------------------------------------
@@ -231,7 +244,7 @@ class CompiledModel:
                 raise InputError(
                     f"model '{name}': input '{spec.name}' must be {spec.dtype}, got {value.dtype}"
                 )
-            if value.shape != spec.shape:
+            if value.shape != spec.shape and self.manifest.dynamic is None:
                 raise InputError(
                     f"model '{name}': input '{spec.name}' must have shape {list(spec.shape)}, "
                     f"got {list(value.shape)}"
@@ -244,25 +257,42 @@ class CompiledModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for the given inputs (a dict name → array), in the model's order."""
         arrays = self._check(feeds)
-        outputs = self._new_outputs()
+        dynamic = self.manifest.dynamic
+        table: np.ndarray | None = None
+        if dynamic is None:
+            outputs = self._new_outputs()
+        else:
+            named = bind(
+                self.manifest.name,
+                [(s.name, s.shape) for s in self.manifest.inputs],
+                [a.shape for a in arrays],
+            )
+            table, arena_bytes = dynamic.table(named)
+            sizes = dynamic.values(named)
+            outputs = self._new_outputs(sizes)
         with self._lock:
             for i, a in enumerate(arrays):
                 self._inputs[i] = a.ctypes.data
             for i, o in enumerate(outputs):
                 self._outputs[i] = o.ctypes.data
-            status = self._entry(
+            args = [
                 ctypes.addressof(self._inputs),
                 ctypes.addressof(self._outputs),
                 ctypes.addressof(self._constant_table),
-                self._arena.ctypes.data,
-            )
+            ]
+            if table is None:
+                status = self._entry(*args, self._arena.ctypes.data)
+            else:
+                if self._arena.nbytes < arena_bytes:  # grown for the largest sizes seen
+                    self._arena = aligned_empty((arena_bytes,), np.uint8)
+                status = self._entry(*args, self._arena.ctypes.data, table.ctypes.data)
             if status:
-                raise self._fault(status)
+                raise self._fault(status, sizes if table is not None else {})
         return self._with_copies(arrays, outputs)
 
-    def _fault(self, status: int) -> IndexOutOfRangeError:
+    def _fault(self, status: int, sizes: Mapping[str, int]) -> IndexOutOfRangeError:
         """The error of failed check `status - 1`, from the position and value the
-        entry left in the globals `FAULT`."""
+        entry left in the globals `FAULT` (`sizes`: the run's, for a symbolic shape)."""
         checks = self.manifest.checks or ()
         if not 0 < status <= len(checks):
             return IndexOutOfRangeError(
@@ -273,18 +303,27 @@ class CompiledModel:
         position, value = (
             int(ctypes.c_int64.from_address(self._jit.global_address(name)).value) for name in FAULT
         )
-        bound = IndexBound(0, check.sizes, check.data, check.axis)
-        detail = out_of_range_message(check.input, check.shape, bound, position, value)
+        at = [size_of(n, sizes) for n in check.sizes]
+        bound = IndexBound(0, tuple(at), check.data, check.axis)
+        shape = tuple(size_of(d, sizes) for d in check.shape)
+        detail = out_of_range_message(check.input, shape, bound, position, value)
         return IndexOutOfRangeError(f"model '{self.manifest.name}': {check.node}: {detail}")
 
-    def _new_outputs(self) -> list[np.ndarray]:
-        """Output arrays for one run, 64-byte aligned from `ALIGNED_OUTPUT_BYTES` on (a
-        small output's few stores lose less than aligning it costs)."""
+    def _new_outputs(self, sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        """Output arrays for one run (at these sizes, in a model compiled for all sizes),
+        64-byte aligned from `ALIGNED_OUTPUT_BYTES` on (a small output's few stores lose
+        less than aligning it costs)."""
+        specs = self._output_specs
+        if sizes is not None:
+            specs = []
+            for s in self.manifest.outputs:
+                shape, dtype = shape_at(s.shape, sizes), np.dtype(s.dtype)
+                specs.append((shape, dtype, math.prod(shape) * dtype.itemsize))
         return [
             aligned_empty(shape, dtype)
             if nbytes >= ALIGNED_OUTPUT_BYTES
             else np.empty(shape, dtype)
-            for shape, dtype, nbytes in self._output_specs
+            for shape, dtype, nbytes in specs
         ]
 
     def _with_copies(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> list[np.ndarray]:

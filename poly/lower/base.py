@@ -8,6 +8,7 @@ broadcasting, boxes as isl domains and temporaries.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -15,13 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polytile.errors import UnsupportedOpError
+from polytile.errors import SymbolicShapeError, UnsupportedOpError
 from polytile.frontend.graph import Graph, Node, TensorType
 from polytile.frontend.ops import InferContext
+from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic_isl import to_isl
 from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import Cast, Const, Expr, Load, const, identity
-from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor
+from polytile.poly.ir.expr import Binary, Cast, Expr, Iter, Load, const, identity
+from polytile.poly.ir.kernel import Extent, Kernel, Role, Statement, Tensor
 
 Lowering = Callable[["LowerContext"], list[Statement]]
 LOWERINGS: dict[str, Lowering] = {}
@@ -169,10 +172,10 @@ class LowerContext:
     def statement_name(self, base: str | None = None) -> str:
         return self._b.fresh(base or self.node.name)
 
-    def temp(self, base: str, shape: Sequence[int], dtype: str) -> str:
+    def temp(self, base: str, shape: Sequence[Size], dtype: str) -> str:
         """A new temporary tensor private to this kernel."""
         name = self._b.fresh(f"{self.node.name}_{base}")
-        self._b.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, Role.TEMP)
+        self._b.tensors[name] = Tensor(name, tuple(extent(d) for d in shape), dtype, Role.TEMP)
         return name
 
     def constant_tensor(self, base: str, value: np.ndarray) -> str:
@@ -189,16 +192,34 @@ class LowerContext:
         return tuple(f"{prefix}{n}" for n in range(rank))
 
     @staticmethod
-    def domain(stmt: str, dims: Sequence[str], extents: Sequence[int], extra: str = "") -> str:
-        return ih.box(stmt, dims, extents, extra)
+    def domain(stmt: str, dims: Sequence[str], extents: Sequence[Size], extra: str = "") -> str:
+        return ih.box(stmt, dims, [extent(e) for e in extents], extra)
 
-    def load(self, onnx_name: str, index: Sequence[str | Expr]) -> Load:
+    def load(self, onnx_name: str, index: Sequence[str | Expr]) -> Expr:
         t = self.type(onnx_name)
         if len(index) != t.rank:
             raise ValueError(
                 f"{self.node.label}: load of rank-{t.rank} '{onnx_name}' with {len(index)} indices"
             )
+        value = self.graph.constants.get(onnx_name)
+        if value is not None and value.dtype == object:
+            return self._size_element(onnx_name, value, index, t.dtype)
         return Load(self.tensor(onnx_name), tuple(index), t.dtype)
+
+    def _size_element(
+        self, onnx_name: str, value: np.ndarray, index: Sequence[str | Expr], dtype: str
+    ) -> Expr:
+        """An element of a symbolic value (`frontend.symbolic_graph`) at a constant
+        index, as the value of the sizes it holds (an axis of one element is read at 0
+        whatever indexes it)."""
+        index = ["0" if n == 1 else i for i, n in zip(index, value.shape, strict=True)]
+        if not all(isinstance(i, str) and i.lstrip("-").isdigit() for i in index):
+            raise self.unsupported(
+                f"'{onnx_name}' holds values of the symbolic sizes and is indexed by "
+                f"{list(map(str, index))}; only constant positions are supported"
+            )
+        element = value[tuple(int(i) for i in index)]  # type: ignore[arg-type]
+        return self.const(element if isinstance(element, Dim) else int(element), dtype)
 
     def load_temp(self, name: str, index: Sequence[str | Expr]) -> Load:
         return Load(name, tuple(index), self._b.tensors[name].dtype)
@@ -210,14 +231,67 @@ class LowerContext:
         t = self.type(onnx_name)
         offset = len(out_dims) - t.rank
         index = [
-            "0" if t.shape[a] == 1 and out_shape[offset + a] != 1 else out_dims[offset + a]
+            "0" if broadcast(t.shape[a], out_shape[offset + a]) else out_dims[offset + a]
             for a in range(t.rank)
         ]
         return self.load(onnx_name, index)
 
     @staticmethod
-    def const(value: float | int | bool, dtype: str) -> Const:
+    def const(value: float | int | bool | Dim, dtype: str) -> Expr:
+        """A constant, or the value of a symbolic size (`size_value`)."""
+        if isinstance(value, Dim):
+            return size_value(value, dtype)
         return const(value, dtype)
+
+
+#: a size as the graph holds it: a number, or a symbolic `Dim`
+Size = int | Dim
+
+
+@functools.lru_cache(maxsize=4096)
+def extent(size: Size) -> Extent:
+    """A kernel extent for a graph size: the number, or a symbolic size's isl text
+    (a product of sizes named as its derived parameter, `batch__seq`)."""
+    if isinstance(size, Dim):
+        return to_isl([size]).exprs[0]
+    return int(size)
+
+
+def static_one(size: Size) -> bool:
+    """Whether an axis has the static size 1. A symbolic size counts as not 1: an axis
+    broadcast by numpy's rule is a static 1 in the importer's types, and where a
+    symbolic one is 1 at run time, indexing it by 0 or by its dim is the same."""
+    return not isinstance(size, Dim) and size == 1
+
+
+def size_value(size: Dim, dtype: str) -> Expr:
+    """A symbolic size as a value of `dtype` (an average's count): its terms as products
+    of sizes, each atom (a size, or a floor division of sizes) read from the kernel's
+    parameters (`Iter` of its isl text), so that no derived size is needed for it."""
+    total: Expr | None = None
+    for mono, coef in size.terms:
+        term: Expr = const(coef, "int64")
+        for atom in mono:
+            term = Binary("mul", term, Iter(to_isl([Dim((((atom,), 1),))]).exprs[0]), "int64")
+        total = term if total is None else Binary("add", total, term, "int64")
+    assert total is not None
+    return as_dtype(total, dtype)
+
+
+def for_all_sizes(choice: Callable[[], bool]) -> bool:
+    """A lowering choice that depends on sizes (a Winograd conv over a large image),
+    taken only where it holds for every size: a comparison of symbolic sizes that their
+    bounds leave open counts as not holding, and the other definition, valid at any
+    size, is used."""
+    try:
+        return choice()
+    except SymbolicShapeError:
+        return False
+
+
+def broadcast(size: Size, onto: Size) -> bool:
+    """Whether an axis of `size` is broadcast onto one of size `onto` (indexed by 0)."""
+    return static_one(size) and not static_one(onto)
 
 
 def as_dtype(expr: Expr, dtype: str) -> Expr:
@@ -301,13 +375,16 @@ def lower_group(
     statements: list[Statement] = []
     for tensor in inputs:
         t = graph.types[tensor]
+        if tensor in graph.constants and graph.constants[tensor].dtype == object:
+            continue  # a symbolic value: its loads are the sizes' values (`LowerContext.load`)
         kid = builder.tensor_id(tensor)
         if tensor in graph.constants:
             builder.tensors[kid] = Tensor(
                 kid, t.shape, t.dtype, Role.CONSTANT, graph.constants[tensor], source=tensor
             )
         else:
-            builder.tensors[kid] = Tensor(kid, t.shape, t.dtype, Role.INPUT, source=tensor)
+            shape = tuple(extent(d) for d in t.shape)
+            builder.tensors[kid] = Tensor(kid, shape, t.dtype, Role.INPUT, source=tensor)
     for node_name in nodes:
         node = graph.node_by_name[node_name]
         fn = LOWERINGS.get(node.op_type)
@@ -321,7 +398,8 @@ def lower_group(
                 kid = builder.tensor_id(out)
                 role = Role.OUTPUT if out in outputs else Role.TEMP
                 t = graph.types[out]
-                builder.tensors[kid] = Tensor(kid, t.shape, t.dtype, role, source=out)
+                shape = tuple(extent(d) for d in t.shape)
+                builder.tensors[kid] = Tensor(kid, shape, t.dtype, role, source=out)
         statements.extend(fn(LowerContext(builder, node)))
     return Kernel(builder.name, builder.tensors, tuple(statements))
 

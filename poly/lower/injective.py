@@ -33,15 +33,18 @@ from polytile.frontend.ops.tensor import (
     tile_repeats,
     transpose_perm,
 )
+from polytile.poly.ir.expr import Iter, binary
 from polytile.poly.ir.kernel import Statement
 from polytile.poly.lower.base import (
     LowerContext,
     affine_text,
+    as_dtype,
     copy_statement,
     floordiv_text,
     lowering,
     mod_text,
     parens,
+    static_one,
 )
 
 # --- affine text ----------------------------------------------------------------------------
@@ -82,8 +85,8 @@ def reshape_index(
     index = ["0"] * len(source)
     if math.prod(source) == 0:
         return index
-    src = [a for a, n in enumerate(source) if n != 1]
-    dst = [a for a, n in enumerate(target) if n != 1]
+    src = [a for a, n in enumerate(source) if not static_one(n)]
+    dst = [a for a, n in enumerate(target) if not static_one(n)]
     i = j = 0
     while i < len(src):
         group_src, group_dst = [src[i]], [dst[j]]
@@ -200,6 +203,25 @@ def _expand(ctx: LowerContext) -> list[Statement]:
     name = ctx.statement_name()
     value = ctx.broadcast_load(ctx.node.inputs[0], dims, out.shape)
     return [Statement(name, dims, ctx.domain(name, dims, out.shape), ctx.output(), dims, value)]
+
+
+@lowering("Range")
+def _range(ctx: LowerContext) -> list[Statement]:
+    """Y[i] = start + i * delta over the output's length: a Range with a constant limit
+    is folded by the frontend, one whose limit is a symbolic size reaches here."""
+    start, delta = ctx.constant(0), ctx.constant(2)
+    if start is None or delta is None:
+        raise ctx.unsupported("a Range whose start or delta is known only at run time")
+    out = ctx.output_type()
+    (dim,) = ctx.dims(1)
+    kind = out.dtype if np.dtype(out.dtype).kind == "f" else "int64"
+    position = as_dtype(Iter(dim, "int64"), kind)
+    value = binary(
+        "add", ctx.const(start.item(), kind), binary("mul", position, ctx.const(delta.item(), kind))
+    )
+    name = ctx.statement_name()
+    domain = ctx.domain(name, (dim,), out.shape)
+    return [Statement(name, (dim,), domain, ctx.output(), (dim,), as_dtype(value, out.dtype))]
 
 
 @lowering("Tile")

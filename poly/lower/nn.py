@@ -35,6 +35,7 @@ from polytile.poly.lower.base import (
     affine_text,
     as_dtype,
     box_statement,
+    broadcast,
     lowering,
     reduction,
 )
@@ -275,7 +276,7 @@ def _batch_index(shape: Sequence[int], dims: Sequence[str], extents: Sequence[in
     (aligned to the right, numpy style)."""
     offset = len(dims) - len(shape)
     return [
-        "0" if size == 1 and extents[offset + a] != 1 else dims[offset + a]
+        "0" if broadcast(size, extents[offset + a]) else dims[offset + a]
         for a, size in enumerate(shape)
     ]
 
@@ -360,7 +361,7 @@ def _einsum_lowering(ctx: LowerContext) -> list[Statement]:
     product: Expr | None = None
     for term, name, shape in operands:
         index = [
-            "0" if size == 1 and sizes[dim] != 1 else dim
+            "0" if broadcast(size, sizes[dim]) else dim
             for dim, size in zip(axes(term, len(shape)), shape, strict=True)
         ]
         load = as_dtype(ctx.load(name, index), acc)

@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from polytile.frontend.ops.nn import Window
 from polytile.poly.ir.expr import const
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower.base import LowerContext, affine_text, box_statement
+from polytile.poly.lower.base import (
+    LowerContext,
+    Size,
+    affine_text,
+    box_statement,
+    extent,
+    for_all_sizes,
+)
 
 
 def spatial_dims(rank: int, prefix: str) -> tuple[str, ...]:
@@ -20,13 +27,14 @@ def spatial_dims(rank: int, prefix: str) -> tuple[str, ...]:
     return tuple(f"{prefix or 's'}{i}" for i in range(rank))
 
 
-def within(index: str, low: int, high: int, lowest: int, highest: int) -> list[str]:
-    """Constraints keeping `index` (ranging over [lowest, highest]) in [low, high)."""
+def within(index: str, low: Size, high: Size, lowest: Size, highest: Size) -> list[str]:
+    """Constraints keeping `index` (ranging over [lowest, highest]) in [low, high); one
+    that symbolic sizes may need is kept."""
     where = []
-    if lowest < low:
-        where.append(f"{index} >= {low}")
-    if highest >= high:
-        where.append(f"{index} < {high}")
+    if not for_all_sizes(lambda: lowest >= low):
+        where.append(f"{index} >= {extent(low)}")
+    if not for_all_sizes(lambda: highest < high):
+        where.append(f"{index} < {extent(high)}")
     return where
 
 

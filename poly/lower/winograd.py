@@ -24,7 +24,7 @@ from polytile.frontend.graph import TensorType
 from polytile.frontend.ops.nn import Window
 from polytile.poly.ir.expr import Expr, Load, binary, unary
 from polytile.poly.ir.kernel import Statement
-from polytile.poly.lower.base import LowerContext, affine_text, reduction
+from polytile.poly.lower.base import LowerContext, affine_text, for_all_sizes, reduction
 
 #: the transforms of F(2x2, 3x3): input Bᵀ, filter G, output Aᵀ
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
@@ -53,7 +53,7 @@ def applies(ctx: LowerContext, window: Window, group: int) -> bool:
         and group == 1
         and x.dtype == w.dtype == "float32"
         and ctx.constant(1) is not None
-        and window.out[0] * window.out[1] >= MIN_PIXELS
+        and for_all_sizes(lambda: window.out[0] * window.out[1] >= MIN_PIXELS)
         and min(x.shape[1], out.shape[1]) >= ctx.config.winograd_channels
         and (not transposed or (not any(window.output_padding) and max(window.pads) <= 2))
     )

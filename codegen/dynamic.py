@@ -1,0 +1,166 @@
+"""The run-time half of a model compiled once for all sizes.
+
+Its kernels take their sizes as arguments and its intermediate tensors change size with
+them, so what a static model fixes at link time is worked out per run here, from the
+sizes the inputs' shapes give: the values of the derived sizes (products of named sizes,
+`batch__seq`, which isl sees as parameters of their own), the memory plan (the same
+lifetimes and sharing, placed by `plan.plan_memory` at the run's byte sizes), and the
+table the entry reads them from (sizes first, then each arena tensor's offset). Plans are
+cached per distinct sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from polytile.errors import InputError
+from polytile.frontend.symbolic import evaluate_shape, parse_dim
+from polytile.poly.ir.kernel import Extent, size_of
+
+from .plan import Lifetime, plan_memory
+
+#: distinct sizes whose plans are kept
+PLANS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class ArenaTensor:
+    """An intermediate tensor of a model compiled for all sizes: its element size, its
+    shape in kernel extents (numbers and isl texts over the sizes) and its lifetime."""
+
+    name: str
+    itemsize: int
+    shape: tuple[Extent, ...]
+    first: int
+    last: int
+
+    def nbytes(self, sizes: Mapping[str, int]) -> int:
+        return self.itemsize * math.prod(size_of(d, sizes) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class DynamicPlan:
+    """The sizes a model's calls take and its arena, for any sizes."""
+
+    #: the named sizes the inputs give, in the order of the table
+    named: tuple[str, ...]
+    #: derived size → the product of named sizes it stands for (`Dim` text)
+    derived: Mapping[str, str]
+    arena: tuple[ArenaTensor, ...]
+    #: arena tensor → the one whose bytes it takes over (`plan.plan_memory`)
+    shared: Mapping[str, str] = field(default_factory=dict)
+    #: per index tensor the entry checks, its shape and the sizes its values index:
+    #: its element count and those sizes end the table (`module.IndexCheck`)
+    counted: tuple[tuple[tuple[Extent, ...], tuple[Extent, ...]], ...] = ()
+    #: named sizes → (table, arena bytes) worked out already
+    _tables: dict[tuple[int, ...], tuple[np.ndarray, int]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("derived", "shared"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """Every size in the table's order: the named ones, then the derived ones."""
+        return (*self.named, *self.derived)
+
+    def values(self, named: Mapping[str, int]) -> dict[str, int]:
+        """Every size's value, the derived ones computed from the named ones."""
+        values = {n: int(named[n]) for n in self.named}
+        for name, text in self.derived.items():
+            values[name] = evaluate_shape((parse_dim(text),), values)[0]
+        return values
+
+    def table(self, named: Mapping[str, int]) -> tuple[np.ndarray, int]:
+        """The entry's dynamic table at these sizes and the arena bytes it needs."""
+        key = tuple(int(named[n]) for n in self.named)
+        found = self._tables.get(key)
+        if found is None:
+            if len(self._tables) >= PLANS_KEPT:
+                self._tables.pop(next(iter(self._tables)))
+            found = self._tables[key] = self._plan(dict(zip(self.named, key, strict=True)))
+        return found
+
+    def _plan(self, named: Mapping[str, int]) -> tuple[np.ndarray, int]:
+        values = self.values(named)
+        lifetimes = {t.name: Lifetime(t.nbytes(values), t.first, t.last) for t in self.arena}
+        memory = plan_memory(lifetimes, self.shared)
+        entries = [values[n] for n in self.sizes] + [memory.offsets[t.name] for t in self.arena]
+        for shape, bounds in self.counted:
+            entries.append(math.prod(size_of(d, values) for d in shape))
+            entries += [size_of(d, values) for d in bounds]
+        table = np.array(entries or [0], dtype=np.int64)
+        table.flags.writeable = False
+        return table, memory.arena_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "named": list(self.named),
+            "derived": dict(self.derived),
+            "arena": [[t.name, t.itemsize, list(t.shape), t.first, t.last] for t in self.arena],
+            "shared": dict(self.shared),
+            "counted": [[list(shape), list(bounds)] for shape, bounds in self.counted],
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> DynamicPlan:
+        arena = tuple(
+            ArenaTensor(str(n), int(i), tuple(d if isinstance(d, str) else int(d) for d in s),
+                        int(f), int(last))
+            for n, i, s, f, last in data["arena"]
+        )  # fmt: skip
+        def extents(items: list) -> tuple[Extent, ...]:
+            return tuple(d if isinstance(d, str) else int(d) for d in items)
+
+        counted = tuple(
+            (extents(shape), extents(bounds)) for shape, bounds in data.get("counted", ())
+        )
+        return DynamicPlan(
+            tuple(data["named"]), dict(data["derived"]), arena, dict(data.get("shared", {})),
+            counted,
+        )  # fmt: skip
+
+
+def bind(
+    model: str, specs: Sequence[tuple[str, tuple[int | str, ...]]], shapes: Sequence[tuple]
+) -> dict[str, int]:
+    """The named sizes that inputs of these shapes give (`specs`: each input's name and
+    its shape, a size named or written as `Dim` text), checked: the rank, the static
+    sizes, one value per name, each at least 1, and every other size agreeing."""
+    found: dict[str, int] = {}
+    for (name, spec), shape in zip(specs, shapes, strict=True):
+        if len(shape) != len(spec):
+            raise InputError(
+                f"model '{model}': input '{name}' must have rank {len(spec)}, got {list(shape)}"
+            )
+        for want, got in zip(spec, shape, strict=True):
+            if isinstance(want, str) and want.isidentifier():
+                if got < 1:
+                    raise InputError(
+                        f"model '{model}': input '{name}' gives size '{want}' = {got}; "
+                        "sizes must be at least 1"
+                    )
+                found.setdefault(want, int(got))
+    for (name, spec), shape in zip(specs, shapes, strict=True):
+        expected = shape_at(spec, found)
+        if expected != tuple(shape):
+            shown = ", ".join(str(d) for d in spec)
+            raise InputError(
+                f"model '{model}': input '{name}' must have shape [{shown}] = "
+                f"{list(expected)} with {found}, got {list(shape)}"
+            )
+    return found
+
+
+def shape_at(spec: tuple[int | str, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """A shape written with named sizes and `Dim` texts, at these sizes."""
+    return tuple(d if isinstance(d, int) else evaluate_shape((parse_dim(d),), sizes)[0]
+                 for d in spec)  # fmt: skip
