@@ -7,7 +7,6 @@ Exit codes: 0 success, 2 bad input (the model, a file or an argument is at fault
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import time
 import traceback
@@ -30,22 +29,38 @@ EXIT_INTERNAL = 70
 BAD_INPUT = (InputError, ModelError, UnsupportedOpError, ShapeError)
 
 
-def parse_input_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
-    """`name:[1,3,224,224] other:[1,128]` → {"name": (1, 3, 224, 224), ...}."""
-    shapes: dict[str, tuple[int, ...]] = {}
+def parse_input_shapes(text: str | None) -> dict[str, tuple[int | str, ...]]:
+    """`name:[1,3,224,224] ids:[batch,seq]` → {"name": (1, 3, 224, 224), "ids": ("batch",
+    "seq")}: a name is a symbolic size, which the model is compiled for all values of."""
+    shapes: dict[str, tuple[int | str, ...]] = {}
     if not text:
         return shapes
     for item in text.split():
         name, sep, dims = item.rpartition(":")
-        try:
-            value = ast.literal_eval(dims)
-            shape = tuple(int(d) for d in value)
-        except (ValueError, SyntaxError, TypeError):
-            shape = None
+        shape: tuple[int | str, ...] | None = None
+        if dims.startswith("[") and dims.endswith("]"):
+            parts = [d.strip() for d in dims[1:-1].split(",") if d.strip()]
+            if all(d.isdigit() or d.isidentifier() for d in parts):
+                shape = tuple(int(d) if d.isdigit() else d for d in parts)
         if not sep or not name or shape is None:
-            raise InputError(f"--input-shapes item '{item}' is not of the form name:[d0,d1,...]")
+            raise InputError(
+                f"--input-shapes item '{item}' is not of the form name:[d0,d1,...] "
+                "(sizes or size names)"
+            )
         shapes[name] = shape
     return shapes
+
+
+def parse_sizes(text: str | None, option: str) -> dict[str, tuple[int, ...]]:
+    """`seq=1:512 batch=4` → {"seq": (1, 512), "batch": (4,)} (for --bounds and --sizes)."""
+    found: dict[str, tuple[int, ...]] = {}
+    for item in (text or "").replace(",", " ").split():
+        name, sep, value = item.partition("=")
+        numbers = value.split(":")
+        if not sep or not name.isidentifier() or not all(n.isdigit() for n in numbers):
+            raise InputError(f"{option} item '{item}' is not of the form name=N or name=LOW:HIGH")
+        found[name] = tuple(int(n) for n in numbers)
+    return found
 
 
 def resolve_model(model: str, seed: int = 0) -> Path:
@@ -177,12 +192,19 @@ def verify(path: Path, optimized: Graph, seed: int) -> int:
     return 0
 
 
-def load_inputs(path: str | None, fill: str, model: CompiledModel, seed: int) -> dict:
-    """Inputs from an .npz file (keys are input names), or random ones."""
+def load_inputs(
+    path: str | None,
+    fill: str,
+    model: CompiledModel,
+    seed: int,
+    sizes: dict[str, int] | None = None,
+) -> dict:
+    """Inputs from an .npz file (keys are input names), or random ones (at `sizes`, for
+    a model compiled for all sizes)."""
     if path is None:
         if fill != "random":
             raise InputError(f"--fill takes 'random', not '{fill}'")
-        return model.random_inputs(seed)
+        return model.random_inputs(seed, sizes)
     try:
         with np.load(path) as data:
             feeds = {k: data[k] for k in data.files}
@@ -206,15 +228,28 @@ def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
         return pt.load(model, num_threads=args.threads)
     path = resolve_model(model, args.seed)
     start = time.perf_counter()
+    bounds = parse_sizes(getattr(args, "bounds", None), "--bounds")
+    if any(len(b) != 2 for b in bounds.values()):
+        raise InputError("--bounds takes name=LOW:HIGH items")
     result = pt.compile(
         str(path),
         input_shapes=parse_input_shapes(args.input_shapes),
         num_threads=args.threads,
         opt_level=args.opt_level,
         records=getattr(args, "records", None),
+        bounds=bounds or None,
     )
     print(describe(path.name, time.perf_counter() - start, result.stats))
     return result
+
+
+def run_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """--sizes: the sizes a model compiled for all sizes runs at (each named size 1
+    when not given)."""
+    sizes = parse_sizes(getattr(args, "sizes", None), "--sizes")
+    if any(len(v) != 1 for v in sizes.values()):
+        raise InputError("--sizes takes name=N items")
+    return {name: value[0] for name, value in sizes.items()}
 
 
 def describe(name: str, seconds: float, stats: Any) -> str:
@@ -302,7 +337,7 @@ def print_timing(label: str, timing: Timing) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     model = compiled(args.model, args)
-    feeds = load_inputs(args.inputs, args.fill, model, args.seed)
+    feeds = load_inputs(args.inputs, args.fill, model, args.seed, run_sizes(args))
     outputs = model.run(feeds)
     for name, value in zip(model.output_names, outputs, strict=True):
         print(f"output {name}: {value.dtype}{list(value.shape)}")
@@ -354,7 +389,7 @@ def ort_session(path: Path, threads: int | None = None, optimize: bool = True) -
 def cmd_bench(args: argparse.Namespace) -> int:
     """Compile, check against onnxruntime, time both in the same process."""
     model = compiled(args.model, args)
-    feeds = model.random_inputs(args.seed)
+    feeds = model.random_inputs(args.seed, run_sizes(args))
     mine = model.benchmark(feeds, repeat=args.repeat, number=args.number)
     print_timing("polytile   ", mine)
     if args.vs == "none":
@@ -487,7 +522,15 @@ def build_parser() -> argparse.ArgumentParser:
     explain.set_defaults(func=cmd_explain)
 
     def model_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--input-shapes", help="name:[d0,d1,...] for dynamic inputs")
+        p.add_argument(
+            "--input-shapes",
+            help="name:[d0,d1,...] for dynamic inputs; a size name (name:[batch,seq]) keeps "
+            "it symbolic: the model is compiled once for all its values",
+        )
+        p.add_argument("--bounds", help="size=LOW:HIGH ... for symbolic sizes (seq=1:512)")
+        p.add_argument(
+            "--sizes", help="size=N ...: where a model compiled for all sizes runs (default 1)"
+        )
         p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
         p.add_argument("--opt-level", type=int, default=3, choices=[0, 1, 2, 3])
         p.add_argument("--seed", type=int, default=0, help="zoo weights and random inputs")

@@ -332,21 +332,28 @@ class CompiledModel:
         for copy in self.manifest.copies:
             source = {"input": arrays, "output": outputs, "constant": self.constants}[copy.kind]
             outputs[copy.index] = np.array(source[copy.source], copy=True).reshape(
-                self.manifest.outputs[copy.index].shape
+                outputs[copy.index].shape
             )
         return outputs
 
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+    def random_inputs(
+        self, seed: int = 0, sizes: Mapping[str, int] | None = None
+    ) -> dict[str, np.ndarray]:
         """Seeded random feeds; inputs read as indices hold valid ones (below the
-        smallest axis they index)."""
+        smallest axis they index). A model compiled for all sizes makes them at `sizes`
+        (a named size not given is 1)."""
         rng = np.random.default_rng(seed)
         feeds = {}
+        dynamic = self.manifest.dynamic
+        named = {n: int((sizes or {}).get(n, 1)) for n in dynamic.named} if dynamic else {}
+        values = dynamic.values(named) if dynamic else {}
         limits: dict[int, int] = {}
         for check in self.manifest.checks or ():
             if check.slot.kind == "input":
-                low = min(check.sizes)
+                low = min(size_of(n, values) for n in check.sizes)
                 limits[check.slot.index] = min(limits.get(check.slot.index, low), low)
-        for number, s in enumerate(self.manifest.inputs):
+        for number, spec in enumerate(self.manifest.inputs):
+            s = IOSpec(spec.name, spec.dtype, shape_at(spec.shape, values))
             kind = np.dtype(s.dtype).kind
             if number in limits:
                 feeds[s.name] = rng.integers(0, max(limits[number], 1), s.shape).astype(s.dtype)
@@ -451,7 +458,15 @@ class CompiledModel:
         `polytile_num_threads`; its constants are saved next to it as
         `<path>.npz` and the manifest (arena size, inputs, outputs) as `<path>.json`.
         Any alignment of the buffers works; 64-byte aligned ones run fastest (as
-        `run` passes them). Needs a system linker."""
+        `run` passes them). Needs a system linker, and a model compiled for given sizes
+        (one compiled for all sizes needs its memory planned per call, which only `run`
+        does)."""
+        if self.manifest.dynamic is not None:
+            raise CodegenError(
+                f"model '{self.manifest.name}' is compiled for all sizes; export_library "
+                "needs one compiled for given sizes (compile with input_shapes and "
+                "dynamic=False), or use save()"
+            )
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "

@@ -4,12 +4,16 @@
     outputs = sess.run(None, {"data": x})
     sess.get_inputs()[0].name, .shape, .type
 
-A model with symbolic input dimensions is compiled when it first runs, once per distinct
-set of input shapes (onnxruntime handles dynamic shapes; polytile's kernels are static).
+A model with symbolic input dimensions is compiled once for all their sizes (`compile`'s
+`dynamic`), as onnxruntime runs any shape with one session. Where that compile is refused
+(a comparison of sizes that needs `bounds`, a kernel that cannot stay symbolic), the
+session says why in a warning and compiles per distinct set of input shapes instead, as
+it does with `dynamic=False`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from polytile.errors import InputError
+from polytile.errors import InputError, PolytileError
 from polytile.frontend.importer import load_model
 
 from .compiler import compile
@@ -96,6 +100,8 @@ class InferenceSession:
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[Any] | None = None,
         records: object = None,
+        dynamic: bool | None = None,
+        bounds: Mapping[str, Sequence[int]] | None = None,
         **kwargs: Any,
     ) -> None:
         model, self._display = load_model(path_or_bytes)
@@ -108,13 +114,27 @@ class InferenceSession:
         self._compiled: dict[tuple, CompiledModel] = {}
         if all(isinstance(d, int) for a in self._inputs for d in a.shape):
             self._compiled[()] = self._compile(None)
+        elif dynamic is not False:
+            try:
+                self._compiled[()] = self._compile(None, dynamic=True, bounds=bounds)
+            except PolytileError as err:
+                if dynamic:
+                    raise
+                warnings.warn(
+                    f"model '{self._display}' is compiled per input shape: compiling it once "
+                    f"for all sizes was refused ({err})",
+                    stacklevel=2,
+                )
 
-    def _compile(self, shapes: Mapping[str, tuple[int, ...]] | None) -> CompiledModel:
+    def _compile(
+        self, shapes: Mapping[str, tuple[int, ...]] | None, **options: Any
+    ) -> CompiledModel:
         return compile(
             self._model_proto,
             records=self._records,
             num_threads=self._threads,
             input_shapes=shapes,
+            **options,
         )
 
     def get_inputs(self) -> list[NodeArg]:
@@ -147,7 +167,7 @@ class InferenceSession:
             shapes[arg.name] = shape
         key = tuple(sorted(shapes.items()))
         if key not in self._compiled:
-            self._compiled[key] = self._compile(shapes)
+            self._compiled[key] = self._compile(shapes, dynamic=False)
         return self._compiled[key]
 
     def run(

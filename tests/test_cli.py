@@ -93,8 +93,24 @@ def test_zoo_list(capsys) -> None:
 
 def test_parse_input_shapes() -> None:
     assert cli.parse_input_shapes("a:[1,3] b:[2]") == {"a": (1, 3), "b": (2,)}
+    assert cli.parse_input_shapes("ids:[batch,seq]") == {"ids": ("batch", "seq")}
     with pytest.raises(InputError, match="name:"):
         cli.parse_input_shapes("a=[1,3]")
+    with pytest.raises(InputError, match="name:"):
+        cli.parse_input_shapes("a:[1,-3]")
+    assert cli.parse_sizes("seq=1:512, batch=4", "--bounds") == {"seq": (1, 512), "batch": (4,)}
+    with pytest.raises(InputError, match="--sizes item 'seq:4'"):
+        cli.parse_sizes("seq:4", "--sizes")
+
+
+def test_run_a_model_compiled_for_all_sizes(tmp_path: Path, capsys) -> None:
+    """A symbolic size stays symbolic: one compile, run at the sizes --sizes gives."""
+    path = write_model(tmp_path / "dyn.onnx", op="Softmax", shape=["n", 3])
+    out = tmp_path / "dyn.ptm"
+    assert cli.main(["compile", str(path), "-o", str(out)]) == 0
+    for n in ("2", "5"):
+        assert cli.main(["run", str(out), "--sizes", f"n={n}"]) == 0
+        assert f"[{n}, 3]" in capsys.readouterr().out
 
 
 def test_compile_then_run_a_saved_model(tmp_path: Path, capsys) -> None:

@@ -196,3 +196,21 @@ def test_zoo_transformers_compile_once_for_every_batch_and_sequence(
     feeds[ids] = np.full_like(feeds[ids], 10**6)
     with pytest.raises(IndexOutOfRangeError, match=ids):
         compiled.run(feeds)
+
+
+def test_a_session_compiles_a_symbolic_model_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As onnxruntime's: one session runs every size; where compiling for all sizes is
+    refused (the CNN's pooling needs bounds), it warns and compiles per input shape."""
+    session = pt.InferenceSession(attention_model().SerializeToString())
+    x = np.random.default_rng(7).standard_normal((2, 9, 64)).astype(np.float32)
+    with monkeypatch.context() as patched:
+        _no_compiling(patched)
+        for shape in [(2, 9, 64), (1, 4, 64)]:
+            (got,) = session.run(None, {"x": x[: shape[0], : shape[1]]})
+            (want,) = ort_run(attention_model(), {"x": x[: shape[0], : shape[1]]})
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.warns(UserWarning, match="compiled per input shape.*MaxPool"):
+        session = pt.InferenceSession(cnn_model())
+    x = np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, ort_run(cnn_model(), {"x": x})[0], rtol=1e-4, atol=1e-4)
