@@ -46,7 +46,15 @@ def finalize(module: ir.Module, target: Target) -> str:
     return f"{text}\nattributes #0 = {{ {function_attributes(target)} }}\n"
 
 
+#: named metadata of a module whose kernel takes symbolic sizes
+SYMBOLIC = "polytile.symbolic"
+
+
 def optimize(text: str, target: Target, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
+    """LLVM's pipeline at the target's level, its own vectorizers on. A kernel with
+    symbolic sizes (`SYMBOLIC`) is not unrolled by LLVM: codegen unrolls what it means
+    to, and LLVM would unroll every loop whose trip count is a run-time value with a
+    remainder loop, tripling the code it then compiles."""
     _init_llvm()
     try:
         mod = llvm.parse_assembly(text, context=context)
@@ -58,6 +66,7 @@ def optimize(text: str, target: Target, context: llvm.ContextRef | None = None) 
     options = llvm.create_pipeline_tuning_options(speed_level=min(target.opt_level, 3))
     options.loop_vectorization = True
     options.slp_vectorization = True
+    options.loop_unrolling = f"!{SYMBOLIC}" not in text
     builder = llvm.create_pass_builder(machine, options)
     builder.getModulePassManager().run(mod, builder)
     return mod
