@@ -80,13 +80,20 @@ def resolve_model(model: str, seed: int = 0) -> Path:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from polytile.frontend import import_model, optimize_with_report, partition
+    from polytile.compiler import imported
 
     path = resolve_model(args.model, args.seed)
-    start = time.perf_counter()
-    graph = import_model(path, input_shapes=parse_input_shapes(args.input_shapes))
-    imported = time.perf_counter() - start
-    print(f"imported {path} in {imported * 1e3:.0f} ms")
+    bounds = parse_sizes(getattr(args, "bounds", None), "--bounds")
+    with imported(path, parse_input_shapes(args.input_shapes), bounds=bounds or None) as graph:
+        return explain_graph(args, path, graph)
+
+
+def explain_graph(args: argparse.Namespace, path: Path, graph: Graph) -> int:
+    """`explain` of an imported graph (with symbolic sizes, under their bounds)."""
+    from polytile.frontend import optimize_with_report, partition
+    from polytile.frontend.symbolic import is_static
+
+    print(f"imported {path}")
     print(f"  {graph.summary()}")
     optimized, reports = optimize_with_report(graph)
     print("passes:")
@@ -106,6 +113,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             ops = " → ".join(optimized.node_by_name[n].op_type for n in g.nodes)
             print(f"  [{g.index:3}] {g.kind:<20} {ops}  ⇒ {outs}")
     if args.verify:
+        if not all(is_static(d) for t in optimized.types.values() for d in t.shape):
+            raise InputError("--verify needs static shapes: give every size in --input-shapes")
         return verify(path, optimized, args.seed)
     return 0
 
@@ -146,7 +155,8 @@ def print_kernels(
         names = ", ".join(
             f"{new} = {old}" for old, new in renamed.items() if old in lowered.tensors
         )
-        print(f"\n// group {group.index}: {group.kind}, {kernel.flops()} flops, {source} schedule")
+        work = f"{kernel.flops()} flops" if not kernel.params else f"sizes {kernel.params}"
+        print(f"\n// group {group.index}: {group.kind}, {work}, {source} schedule")
         print(f"// {target.cpu}, {config.vector_width} float32 lanes, {target.num_threads} threads")
         if names:
             print(f"// tensors: {names}")
@@ -502,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="import, optimize and partition a model; print it")
     explain.add_argument("model", help="an .onnx file or a zoo model name")
-    explain.add_argument("--input-shapes", help="name:[d0,d1,...] for dynamic inputs")
+    explain.add_argument("--input-shapes", help="name:[d0,d1,...] (sizes or size names)")
+    explain.add_argument("--bounds", help="size=LOW:HIGH ... for symbolic sizes (seq=1:512)")
     explain.add_argument("--groups", action="store_true", help="list every fused group")
     explain.add_argument(
         "--kernel",

@@ -18,9 +18,10 @@ The pipeline, one reason per stage:
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -98,14 +99,27 @@ def compile(
     start = time.perf_counter()
     if isinstance(model, Graph):
         return _compile(model, start, records, opt_level, num_threads, target, progress, lowering)
+    with imported(model, input_shapes, dynamic, bounds) as graph:
+        return _compile(graph, start, records, opt_level, num_threads, target, progress, lowering)
+
+
+@contextlib.contextmanager
+def imported(
+    model: ModelSource,
+    input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+    dynamic: bool | None = None,
+    bounds: Mapping[str, Sequence[int]] | None = None,
+) -> Iterator[Graph]:
+    """The graph `compile` works on (`dynamic` and `bounds` as there): imported with
+    static shapes, or with symbolic sizes and its shape subgraphs folded away, the block
+    then running with the sizes' comparisons decided under the model's bounds."""
     proto, _ = load_model(model)
     if not (dynamic or (dynamic is None and symbolic_inputs(proto, input_shapes))):
-        graph = import_model(proto, input_shapes=input_shapes)
-        return _compile(graph, start, records, opt_level, num_threads, target, progress, lowering)
+        yield import_model(proto, input_shapes=input_shapes)
+        return
     symbolic = import_symbolic(proto, input_shapes, bounds)
-    with symbolic.assumed():  # the sizes' comparisons decided under the model's bounds
-        graph = compute_graph(symbolic.graph, symbolic.values)
-        return _compile(graph, start, records, opt_level, num_threads, target, progress, lowering)
+    with symbolic.assumed():
+        yield compute_graph(symbolic.graph, symbolic.values)
 
 
 def _compile(

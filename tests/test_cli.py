@@ -46,11 +46,15 @@ def test_explain_zoo_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caps
     assert "Gemm" in capsys.readouterr().out
 
 
-def test_dynamic_input_needs_shapes(tmp_path: Path, capsys) -> None:
+def test_explain_a_model_with_symbolic_sizes(tmp_path: Path, capsys) -> None:
+    """Its kernels as compile makes them for all sizes; --verify needs static shapes."""
     path = write_model(tmp_path / "dyn.onnx", shape=["n", 3])
-    assert cli.main(["explain", str(path)]) == cli.EXIT_BAD_INPUT
-    assert "input_shapes" in capsys.readouterr().err
-    assert cli.main(["explain", str(path), "--input-shapes", "x:[4,3]"]) == 0
+    assert cli.main(["explain", str(path), "--kernel", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "sizes ('n',)" in out and "i0 < n" in out
+    assert cli.main(["explain", str(path), "--verify"]) == cli.EXIT_BAD_INPUT
+    assert "--input-shapes" in capsys.readouterr().err
+    assert cli.main(["explain", str(path), "--input-shapes", "x:[4,3]", "--verify"]) == 0
 
 
 @pytest.mark.parametrize(
