@@ -45,14 +45,19 @@ def _sizes(info: zoo.ModelInfo, point: Sequence[int]) -> dict[str, int]:
     return dict(zip(info.symbolic, point, strict=True))
 
 
-def bench_model(name: str, turns: int, repeat: int, threads: int) -> dict[str, object]:
+def bench_model(
+    name: str, turns: int, repeat: int, threads: int, count: int | None = None
+) -> dict[str, object]:
     bounds, points = MODELS[name]
+    points = points[:count]
     model = zoo.build(name)
     info = zoo.model_info(name)
     start = time.perf_counter()
     dynamic = pt.compile(model, bounds=bounds, num_threads=threads)
     dynamic_seconds = time.perf_counter() - start
     session = ort_session(model, threads)
+    # a first run at a size of its own: later first calls are new sizes, not a cold start
+    dynamic.run(zoo.random_inputs(model, dims={p: 3 for p in info.symbolic}))
     rows = []
     static_seconds = None
     for point in points:
@@ -152,10 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--points", type=int, default=None, help="the first N sizes only")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     threads = args.threads or host().num_threads
-    results = [bench_model(m, args.turns, args.repeat, threads) for m in args.models]
+    results = [
+        bench_model(m, args.turns, args.repeat, threads, args.points) for m in args.models
+    ]
     stem = f"dynamic-{host().cpu}"
     for path in write_results(args.out, stem, results, table(results, threads)):
         print("wrote", path)

@@ -212,6 +212,11 @@ PARTS: tuple[Part, ...] = (
         made_by="train_cost_model.py", skip=_collected_only, minutes=0.1,
     ),
     Part(
+        "dynamic", "symbolic models compiled once against static compiles and onnxruntime",
+        _files("dynamic-{cpu}"), script="dynamic_bench.py", minutes=8,
+        quick=("--models", "gpt2_2l__dyn", "--points", "1", *ONE_TURN),
+    ),
+    Part(
         "fuzz", "random legal schedules of the zoos' kernels against the reference",
         _files("fuzz-{cpu}"), script="fuzz_bench.py", args=("--jobs", "2", "--minutes", "10"),
         quick=("--samples", "10", "--models", "squeezenet"), minutes=11,
