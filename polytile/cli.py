@@ -18,6 +18,8 @@ import numpy as np
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
+from .cli_args import parse_input_shapes, parse_sizes, run_sizes
+
 if TYPE_CHECKING:
     from polytile.frontend import Graph, Partition
     from polytile.runtime import CompiledModel, Profile, Timing
@@ -27,40 +29,6 @@ EXIT_ERROR = 3
 EXIT_INTERNAL = 70
 #: errors whose exit code says the input is at fault
 BAD_INPUT = (InputError, ModelError, UnsupportedOpError, ShapeError)
-
-
-def parse_input_shapes(text: str | None) -> dict[str, tuple[int | str, ...]]:
-    """`name:[1,3,224,224] ids:[batch,seq]` → {"name": (1, 3, 224, 224), "ids": ("batch",
-    "seq")}: a name is a symbolic size, which the model is compiled for all values of."""
-    shapes: dict[str, tuple[int | str, ...]] = {}
-    if not text:
-        return shapes
-    for item in text.split():
-        name, sep, dims = item.rpartition(":")
-        shape: tuple[int | str, ...] | None = None
-        if dims.startswith("[") and dims.endswith("]"):
-            parts = [d.strip() for d in dims[1:-1].split(",") if d.strip()]
-            if all(d.isdigit() or d.isidentifier() for d in parts):
-                shape = tuple(int(d) if d.isdigit() else d for d in parts)
-        if not sep or not name or shape is None:
-            raise InputError(
-                f"--input-shapes item '{item}' is not of the form name:[d0,d1,...] "
-                "(sizes or size names)"
-            )
-        shapes[name] = shape
-    return shapes
-
-
-def parse_sizes(text: str | None, option: str) -> dict[str, tuple[int, ...]]:
-    """`seq=1:512 batch=4` → {"seq": (1, 512), "batch": (4,)} (for --bounds and --sizes)."""
-    found: dict[str, tuple[int, ...]] = {}
-    for item in (text or "").replace(",", " ").split():
-        name, sep, value = item.partition("=")
-        numbers = value.split(":")
-        if not sep or not name.isidentifier() or not all(n.isdigit() for n in numbers):
-            raise InputError(f"{option} item '{item}' is not of the form name=N or name=LOW:HIGH")
-        found[name] = tuple(int(n) for n in numbers)
-    return found
 
 
 def resolve_model(model: str, seed: int = 0) -> Path:
@@ -251,15 +219,6 @@ def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
     )
     print(describe(path.name, time.perf_counter() - start, result.stats))
     return result
-
-
-def run_sizes(args: argparse.Namespace) -> dict[str, int]:
-    """--sizes: the sizes a model compiled for all sizes runs at (each named size 1
-    when not given)."""
-    sizes = parse_sizes(getattr(args, "sizes", None), "--sizes")
-    if any(len(v) != 1 for v in sizes.values()):
-        raise InputError("--sizes takes name=N items")
-    return {name: value[0] for name, value in sizes.items()}
 
 
 def describe(name: str, seconds: float, stats: Any) -> str:
