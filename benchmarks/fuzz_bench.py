@@ -611,10 +611,14 @@ def replay_failures(path: Path, target: Target) -> int:
     kernels = {}
     for model in sorted({f["model"] for f in failures}):
         kernels.update({k.key: k for k in collect([model], max_elements=1 << 62)})
-    failing = 0
+    failing, seed = 0, data["rows"]["seed"]
     for f in failures:
-        checker = Checker(kernels[f["workload"]].kernel, target, data["rows"]["seed"])
-        trace, decisions = f["trace"], f["decisions"]
+        checker = Checker(kernels[f["workload"]].kernel, target, seed)
+        trace, decisions = f.get("trace"), f.get("decisions")
+        if not (trace or decisions):  # a worker that died or hung: the sample's decisions
+            rng = sample_rng(seed, f["sample"])
+            rng.randrange(data["rows"]["kernels"])
+            decisions = sample_decisions(checker.space, rng)
         outcome = checker.check_trace(trace) if trace else checker.check(decisions)
         failing += outcome.status in ("miscompile", "crash")
         print(f"sample {f['sample']} ({f['model']}): {outcome.status} {outcome.message[:300]}")
