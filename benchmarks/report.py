@@ -218,7 +218,8 @@ PARTS: tuple[Part, ...] = (
     ),
     Part(
         "fuzz", "random legal schedules of the zoos' kernels against the reference",
-        _files("fuzz-{cpu}"), script="fuzz_bench.py", args=("--jobs", "2", "--minutes", "10"),
+        _files("fuzz-{cpu}"), script="fuzz_bench.py",
+        args=("--resume", "--jobs", "2", "--minutes", "10"),
         quick=("--samples", "10", "--models", "squeezenet"), minutes=11,
     ),
     Part("status", "the README's status table (status.py)", (), run=readme_status, minutes=0.1),
