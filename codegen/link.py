@@ -315,10 +315,12 @@ def _dynamic_layout(
         shared,
         counted,
     )
+    def arena(name: str) -> Slot:
+        return Slot("dynamic", len(plan.sizes) + places.arena_index[name])
+
     entry = len(plan.sizes) + len(plan.arena)  # each check's count, then its bounds
     guards = []
     for c, (_, sizes) in zip(checks, counted, strict=True):
-        arena = lambda name: Slot("dynamic", len(plan.sizes) + places.arena_index[name])  # noqa: E731
         guards.append(places.check(c, arena, entry))
         entry += 1 + len(sizes)
     position = {name: i for i, name in enumerate(plan.sizes)}
