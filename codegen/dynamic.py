@@ -11,6 +11,7 @@ cached per distinct sizes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from polytile.errors import InputError
-from polytile.frontend.symbolic import evaluate_shape, parse_dim
+from polytile.frontend.symbolic import DimLike, evaluate_shape, parse_dim
 from polytile.poly.ir.kernel import Extent, size_of
 
 from .plan import Lifetime, plan_memory
@@ -59,7 +60,7 @@ class DynamicPlan:
     #: its element count and those sizes end the table (`module.IndexCheck`)
     counted: tuple[tuple[tuple[Extent, ...], tuple[Extent, ...]], ...] = ()
     #: named sizes → (table, arena bytes) worked out already
-    _tables: dict[tuple[int, ...], tuple[np.ndarray, int]] = field(
+    _tables: dict[tuple[int, ...], tuple[np.ndarray, int, dict[str, int]]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -76,11 +77,12 @@ class DynamicPlan:
         """Every size's value, the derived ones computed from the named ones."""
         values = {n: int(named[n]) for n in self.named}
         for name, text in self.derived.items():
-            values[name] = evaluate_shape((parse_dim(text),), values)[0]
+            values[name] = _value(text, values)
         return values
 
-    def table(self, named: Mapping[str, int]) -> tuple[np.ndarray, int]:
-        """The entry's dynamic table at these sizes and the arena bytes it needs."""
+    def table(self, named: Mapping[str, int]) -> tuple[np.ndarray, int, dict[str, int]]:
+        """The entry's dynamic table at these sizes, the arena bytes it needs and every
+        size's value (`values`), worked out once per distinct sizes."""
         key = tuple(int(named[n]) for n in self.named)
         found = self._tables.get(key)
         if found is None:
@@ -89,7 +91,7 @@ class DynamicPlan:
             found = self._tables[key] = self._plan(dict(zip(self.named, key, strict=True)))
         return found
 
-    def _plan(self, named: Mapping[str, int]) -> tuple[np.ndarray, int]:
+    def _plan(self, named: Mapping[str, int]) -> tuple[np.ndarray, int, dict[str, int]]:
         values = self.values(named)
         lifetimes = {t.name: Lifetime(t.nbytes(values), t.first, t.last) for t in self.arena}
         memory = plan_memory(lifetimes, self.shared)
@@ -99,7 +101,7 @@ class DynamicPlan:
             entries += [size_of(d, values) for d in bounds]
         table = np.array(entries or [0], dtype=np.int64)
         table.flags.writeable = False
-        return table, memory.arena_bytes
+        return table, memory.arena_bytes, values
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +119,7 @@ class DynamicPlan:
                         int(f), int(last))
             for n, i, s, f, last in data["arena"]
         )  # fmt: skip
+
         def extents(items: list) -> tuple[Extent, ...]:
             return tuple(d if isinstance(d, str) else int(d) for d in items)
 
@@ -162,5 +165,14 @@ def bind(
 
 def shape_at(spec: tuple[int | str, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
     """A shape written with named sizes and `Dim` texts, at these sizes."""
-    return tuple(d if isinstance(d, int) else evaluate_shape((parse_dim(d),), sizes)[0]
-                 for d in spec)  # fmt: skip
+    return tuple(d if isinstance(d, int) else _value(d, sizes) for d in spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> DimLike:
+    """A size's `Dim` text parsed once (every run binds and shapes through it)."""
+    return parse_dim(text)
+
+
+def _value(text: str, sizes: Mapping[str, int]) -> int:
+    return evaluate_shape((_parsed(text),), sizes)[0]

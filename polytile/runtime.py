@@ -267,8 +267,7 @@ class CompiledModel:
                 [(s.name, s.shape) for s in self.manifest.inputs],
                 [a.shape for a in arrays],
             )
-            table, arena_bytes = dynamic.table(named)
-            sizes = dynamic.values(named)
+            table, arena_bytes, sizes = dynamic.table(named)
             outputs = self._new_outputs(sizes)
         with self._lock:
             for i, a in enumerate(arrays):
