@@ -378,7 +378,11 @@ class _Emitter:
         inner = _Emitter(self.mc, self.state, body_fn, ptrs, self.base, True, shift, sizes)
         inner.chunks(node, scope, bound)
         inner.b.ret_void()
-        self.mc.run_parallel(b, outlined, ctx)
+        several = None
+        if self.sizes:  # a trip count known at run time only: one iteration runs here
+            span = b.sub(self.int(bound, env), self.int(node.init, env))
+            several = b.icmp_signed(">", span, ir.Constant(I64, node.inc.value))
+        self.mc.run_parallel(b, outlined, ctx, several)
         return True
 
     def chunks(self, node: For, env: Env, bound: AstExpr) -> None:

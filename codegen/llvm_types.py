@@ -174,13 +174,18 @@ class ModuleContext:
                 lines.initializer = ir.Constant(I64, 0)
         return at, lines
 
-    def run_parallel(self, b: ir.IRBuilder, body: ir.Function, data: ir.Value) -> None:
+    def run_parallel(
+        self, b: ir.IRBuilder, body: ir.Function, data: ir.Value, several: ir.Value | None = None
+    ) -> None:
         """Run body(data) on the configured threads through libgomp's `GOMP_parallel`
         (each call of body takes its share by thread number), or call it directly when
-        one thread is configured."""
+        one thread is configured or the loop has one iteration (`several` false: a loop
+        over a symbolic size of 1 costs no thread team)."""
         gomp = self.function("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         threads = b.load(self.num_threads(), typ=I32)
         many = b.icmp_signed(">", threads, ir.Constant(I32, 1))
+        if several is not None:
+            many = b.and_(many, several)
         with b.if_else(many) as (then, otherwise):
             with then:
                 b.call(gomp, [body, data, threads, ir.Constant(I32, 0)])

@@ -400,21 +400,38 @@ class CompiledModel:
         if self.manifest.checks:  # the calls run unchecked below: one checked run first
             self.run(feeds)
         arrays = self._check(feeds)
-        outputs = self._new_outputs()
+        dynamic = self.manifest.dynamic
+        table: list[int] = []
+        if dynamic is None:
+            outputs = self._new_outputs()
+        else:
+            named = bind(
+                self.manifest.name,
+                [(s.name, s.shape) for s in self.manifest.inputs],
+                [a.shape for a in arrays],
+            )
+            entries, arena_bytes, sizes = dynamic.table(named)
+            table = [int(v) for v in entries]
+            outputs = self._new_outputs(sizes)
+            if self._arena.nbytes < arena_bytes:
+                self._arena = aligned_empty((arena_bytes,), np.uint8)
+        base = self._arena.ctypes.data
         tables = {
             "input": [a.ctypes.data for a in arrays],
             "output": [o.ctypes.data for o in outputs],
             "constant": [c.ctypes.data for c in self.constants],
+            "dynamic": [base + offset for offset in table],
         }
-        base = self._arena.ctypes.data
         prepared = []
         for call in self.manifest.calls:
-            kind = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(call.args))
+            kind = ctypes.CFUNCTYPE(
+                None, *[ctypes.c_void_p] * len(call.args), *[ctypes.c_int64] * len(call.sizes)
+            )
             fn = kind(self._jit.address(call.function))
             args = [
                 base + s.index if s.kind == "arena" else tables[s.kind][s.index] for s in call.args
             ]
-            prepared.append((fn, args))
+            prepared.append((fn, [*args, *(table[i] for i in call.sizes)]))
         samples: list[list[float]] = [[] for _ in prepared]
         with self._lock:
             for run in range(warmup + repeat):

@@ -40,6 +40,7 @@ from polytile.poly.default.steps import (
     attempt,
     gathered_loops,
     main_statement,
+    parallelize_for_all_sizes,
     parallelize_outer,
 )
 from polytile.poly.ir import isl_helpers as ih
@@ -113,19 +114,27 @@ def _for_all_sizes(
 ) -> Schedule:
     """The static instance's default steps replayed on the symbolic kernel, each one
     that does not hold for all sizes skipped (a fuse through a symbolic extent, a pack
-    of a symbolic tensor), as the default skips an illegal step; where the instance's
-    loops ran in parallel but none of those steps held, the outer loops are made
-    parallel as in the fallback."""
+    of a symbolic tensor), as the default skips an illegal step. The parallel loops are
+    chosen again (`parallelize_for_all_sizes`): the instance's may be a batch loop, which
+    leaves a batch of 1 on one thread."""
+    config = config or DefaultConfig()
     chosen = {p: REPRESENTATIVE_SIZE for p in kernel.params} | dict(sizes or {})
-    trace = default_schedule(kernel.at(chosen), config).trace
+    instance = default_schedule(kernel.at(chosen), config)
     refusal = f"kernel {kernel.name}: its default schedule went over budget"
     try:
         with ih.operation_budget(DEFAULT_OPERATIONS, refusal, DEFAULT_SECONDS, "default schedule"):
             schedule = initial_schedule(kernel)
-            for step in trace:
+            parallel = []
+            for step in instance.trace:
+                if step.kind == "parallel":
+                    parallel.append(next(iter(instance.loop(step.args["loop"]).exprs)))
+                    continue
                 schedule = attempt(schedule, lambda s, step=step: T.apply_step(s, step))
-            wanted = any(step.kind == "parallel" for step in trace)
-            if not wanted or any(lp.annotation == "parallel" for lp, _ in schedule.loops()):
+            smallest = dict.fromkeys(kernel.params, 1)
+            for stmt in parallel:
+                if not any(lp.annotation == "parallel" for lp in schedule.loops_of(stmt)):
+                    schedule = parallelize_for_all_sizes(schedule, stmt, config, smallest, chosen)
+            if not parallel or any(lp.annotation == "parallel" for lp, _ in schedule.loops()):
                 return schedule
             return _outer_parallel(schedule)
     except BudgetExceeded as err:

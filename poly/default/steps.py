@@ -472,6 +472,54 @@ def parallelize_outer(
     return schedule
 
 
+def parallelize_for_all_sizes(
+    schedule: Schedule,
+    stmt: str,
+    config: DefaultConfig,
+    smallest: Mapping[str, int],
+    typical: Mapping[str, int],
+) -> Schedule:
+    """`parallelize_outer` for a kernel with symbolic sizes: the parallel loop must have
+    work for every thread at the `smallest` sizes as well as at `typical` ones. A loop
+    over a symbolic size can be fused only as the outermost of the fused loops, so where
+    the loops so far may run once (a batch of 1) and the next is over a symbolic size
+    (the sequence), the parallel loop starts there instead, inside the outer ones."""
+    loops = schedule.loops_of(stmt)
+    chain: list[str] = []
+    small = typ = 1
+    for loop in loops:
+        if loop.annotation:
+            break
+        try:
+            T.loop_bounds(schedule, loop.name)
+            bounded = True
+        except IllegalSchedule:
+            bounded = False
+        if chain:
+            if small >= config.threads and typ >= config.threads * 4:
+                break
+            if len(schedule.loop(chain[-1]).body) != 1:
+                break
+            if not bounded:
+                if small >= config.threads:
+                    break
+                chain, small, typ = [], 1, 1  # the outer loops stay serial
+            elif small >= config.threads and (
+                _tiles(loop) or has_partial_tiles(schedule, loop.name)
+            ):
+                break  # as in `parallelize_outer`
+        chain.append(loop.name)
+        small *= T.loop_extent(schedule, loop.name, smallest)
+        typ *= T.loop_extent(schedule, loop.name, typical)
+    for end in range(len(chain), 0, -1):
+        try:
+            fused, name = T.fuse_named(schedule, *chain[:end]) if end > 1 else (schedule, chain[0])
+            return T.parallel(fused, name)
+        except IllegalSchedule:
+            continue
+    return schedule
+
+
 def _tiles(loop: Loop) -> bool:
     """Whether the loop walks the tiles of a split loop (its values are a floor)."""
     return any("floor(" in expr for expr in loop.exprs.values())

@@ -34,7 +34,7 @@ from polytile.errors import IllegalSchedule
 from polytile.poly.ast.build import AstExpr, AstNode, build_ast, marked_loops, parameter_expr
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.expr import loads
-from polytile.poly.ir.kernel import Role, Statement
+from polytile.poly.ir.kernel import Role, Statement, size_of
 from polytile.poly.ir.schedule import Loop, Schedule, statements_below
 from polytile.poly.transform.steps import loop_extent
 
@@ -67,9 +67,11 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
     kernel = schedule.kernel
     unbound = marked_loops(build_ast(schedule) if tree is None else tree)
     found = []
+    # a symbolic temporary's storage is counted at the smallest sizes, which its slices
+    # must fit in
+    smallest = dict.fromkeys(kernel.params, 1)
     for name, tensor in kernel.tensors.items():
-        # a symbolic temporary's slices could outnumber its elements at small sizes
-        if tensor.role is not Role.TEMP or any(isinstance(d, str) for d in tensor.shape):
+        if tensor.role is not Role.TEMP:
             continue
         touching = [
             s
@@ -80,7 +82,7 @@ def private_temporaries(schedule: Schedule, tree: AstNode | None = None) -> tupl
         # a loop of one iteration (a batch of 1) binds no iterator but separates nothing
         path = [lp for lp in path if _runs_more_than_once(schedule, lp.name)]
         path = path[: next((i for i, lp in enumerate(path) if lp.name in unbound), len(path))]
-        size = math.prod(tensor.shape)
+        size = math.prod(size_of(d, smallest) for d in tensor.shape)
         for depth in range(len(path), 0, -1):
             loops = path[:depth]
             if loops[-1].annotation not in ("", "parallel"):

@@ -70,14 +70,18 @@ def _val(n: int) -> isl.Val:
     return isl.Val.int_from_si(ih.CTX, n)
 
 
-def loop_bounds(schedule: Schedule, name: str, upper: bool = True) -> tuple[int, int]:
+def loop_bounds(
+    schedule: Schedule, name: str, upper: bool = True, sizes: Mapping[str, int] | None = None
+) -> tuple[int, int]:
     """The smallest and largest value the loop takes over all its statements (and all
-    symbolic sizes); IllegalSchedule when a symbolic size leaves one unbounded (with
-    `upper=False`, the largest is not asked for and comes back as -1)."""
+    symbolic sizes, or at `sizes`); IllegalSchedule when a symbolic size leaves one
+    unbounded (with `upper=False`, the largest is not asked for and comes back as -1)."""
     loop = schedule.loop(name)
     lo, hi = math.inf, -math.inf
     for stmt, text in loop.exprs.items():
         domain = schedule.kernel.statement[stmt].domain_set()
+        if sizes is not None:
+            domain = ih.fix_params(domain, sizes)
         values = isl.Map.from_pw_aff(_pw(text)).intersect_domain(domain).range()
         if values.is_empty():
             continue
@@ -94,8 +98,9 @@ def loop_bounds(schedule: Schedule, name: str, upper: bool = True) -> tuple[int,
     return int(lo), int(hi)
 
 
-def loop_extent(schedule: Schedule, name: str) -> int:
-    lo, hi = loop_bounds(schedule, name)
+def loop_extent(schedule: Schedule, name: str, sizes: Mapping[str, int] | None = None) -> int:
+    """The loop's trip count over all sizes (IllegalSchedule if unbounded) or at `sizes`."""
+    lo, hi = loop_bounds(schedule, name, sizes=sizes)
     return hi - lo + 1
 
 

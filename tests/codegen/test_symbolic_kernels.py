@@ -18,10 +18,11 @@ import pytest
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule, InputError
-from polytile.poly.default.schedule import default_schedule
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.kernel import Kernel
-from polytile.poly.transform.steps import replay
+from polytile.poly.transform.contract import private_temporaries
+from polytile.poly.transform.steps import loop_extent, replay
 from polytile.search.space import SearchSpace
 
 Reference = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -73,6 +74,22 @@ CASES: dict[str, tuple[Kernel, Reference]] = {
             extents={"h": "n", "w": "m"},
         ),
         lambda d: {"Y": _conv_same(d["X"], d["W"])},
+    ),
+    "batched_matmul": (
+        kernel("Y[b, i, j] += A[b, i, k] * B[k, j]", A=("batch", "seq", 24), B=(24, 40)),
+        lambda d: {"Y": d["A"] @ d["B"]},
+    ),
+    "batched_conv": (
+        kernel(
+            "T[b, c, h, w] += X[b, k, h + r - 1, w + t - 1] * W[c, k, r, t] "
+            "if 0 <= h + r - 1 < 10 and 0 <= w + t - 1 < 10",
+            "Y[b, c, h, w] = max(T[b, c, h, w], 0.0)",
+            X=("batch", 4, 10, 10),
+            W=(16, 4, 3, 3),
+            extents={"h": 10, "w": 10},
+            outputs=["Y"],
+        ),
+        lambda d: {"Y": np.maximum(np.stack([_conv_same(x, d["W"]) for x in d["X"]]), 0)},
     ),
     "softmax": (
         kernel(
@@ -167,3 +184,24 @@ def test_bad_sizes_name_the_size_or_input() -> None:
         native.outputs({"A": a, "B": np.zeros((4, 2), np.float32)}, sizes={"m": 0})
     with pytest.raises(ValueError, match="unset or below 1"):
         k.at({"m": 3})
+
+
+def test_default_parallel_loop_has_work_at_a_batch_of_one() -> None:
+    """The default's decisions are made at a representative size (a batch of 128), but its
+    parallel loop must not be the batch loop alone: at a batch of 1, one thread would do
+    all the work."""
+    k, _ = CASES["batched_matmul"]
+    sizes = {"batch": 1, "seq": 64}
+    schedule = default_schedule(k, DefaultConfig(threads=2))
+    parallel = [lp.name for lp, _ in schedule.loops() if lp.annotation == "parallel"]
+    assert parallel, schedule.trace_json()
+    assert all(loop_extent(schedule, lp, sizes) >= 2 for lp in parallel), schedule.trace_json()
+
+
+def test_symbolic_temporary_is_private_to_its_tile() -> None:
+    """A temporary of symbolic size whose tile fits at the smallest sizes lives in one
+    tile's slice (per thread), not in a buffer as large as the whole tensor."""
+    k, _ = CASES["batched_conv"]
+    private = private_temporaries(default_schedule(k))
+    assert [p.tensor for p in private] == ["T"]
+    assert private[0].span < 16 * 10 * 10

@@ -150,6 +150,18 @@ def test_a_saved_dynamic_model_serves_every_size(tmp_path: Path) -> None:
         _check(attention_model(), loaded, shape)
 
 
+def test_profile_of_a_dynamic_model_runs_its_kernels_at_the_feeds_sizes() -> None:
+    """Each kernel called on its own with the run's sizes and arena offsets: the calls
+    leave the outputs one run leaves."""
+    compiled = _attention()
+    for shape in [(1, 3, 64), (2, 40, 64)]:
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        profile = compiled.profile({"x": x}, repeat=2)
+        assert len(profile.calls) == len(compiled.manifest.calls)
+        (want,) = ort_run(attention_model(), {"x": x})
+        np.testing.assert_allclose(profile.outputs[0], want, rtol=1e-4, atol=1e-4)
+
+
 def test_static_compile_is_still_asked_for_with_dynamic_false() -> None:
     model = attention_model()
     with pytest.raises(PolytileError, match="input_shapes"):
