@@ -379,18 +379,35 @@ def partial_trip_region(outer: isl.UnionMap, inner: isl.UnionMap) -> isl.Set | N
     `outer` and `inner` are prefix schedules (domain → flat schedule values) of an outer
     loop and of a loop nested in it. The answer is the set of outer schedule values at
     which the inner loop's trip count (its largest minus its smallest value) stays below
-    its maximum; None when the two schedules share no instance."""
+    its maximum; None when the two schedules share no instance.
+
+    The spans are read from the differences of pairs of inner values, one integer
+    maximum and a subtraction, rather than from the inner values' parametric lexmin and
+    lexmax: a loop fused through modulos leaves existentials that make those (and the
+    comparison of the pieces they give) run for minutes inside isl, where no budget can
+    stop them."""
     values = outer.reverse().apply_range(inner)
     if values.is_empty():
         return None
     pairs = isl.Map.from_union_map(values)
     last = pairs.dim(isl.dim_type.out) - 1
-    pairs = pairs.project_out(isl.dim_type.out, 0, last)
-    span = pairs.lexmax_pw_multi_aff().get_pw_aff(0).sub(pairs.lexmin_pw_multi_aff().get_pw_aff(0))
-    widest = largest_value(span)
+    trips = pairs.project_out(isl.dim_type.out, 0, last)
+    spans = trips.flat_range_product(trips).apply_range(parse_map("{ [a, b] -> [b - a] }"))
+    widest = spans.range().dim_max_val(0)
     if not widest.is_rat():  # the trip count grows with a symbolic size: no full tile
         return None
-    return span.lt_set(isl.PwAff.val_on_domain(span.domain(), widest))
+    at_widest = isl.Set.universe(spans.range().get_space()).fix_val(isl.dim_type.set, 0, widest)
+    return _without_divs(trips.domain().subtract(spans.intersect_range(at_widest).domain()))
+
+
+def _without_divs(s: isl.Set) -> isl.Set:
+    """`s`, said without integer divisions where its modulos only hide an equality (a
+    value 11 * i0 + i4 written `v mod 11 = i4` between 11 * i0 and 11 * i0 + 10): a
+    region with divisions is not isolated (`has_divs`)."""
+    if not has_divs(s):
+        return s
+    plain = s.detect_equalities()
+    return plain if not has_divs(plain) else s
 
 
 def varies_with(region: isl.Set, outer: isl.Set) -> bool:

@@ -4,6 +4,10 @@ loop of uneven tiles into its parallel loop; checked on the AST and against nump
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import defaultdict
+from collections.abc import Callable
+
 import islpy as isl
 import numpy as np
 import pytest
@@ -230,6 +234,66 @@ def test_trip_counts_under_a_strided_outer_loop_are_bounded() -> None:
     found = ih.partial_trip_region(isl.UnionMap.from_map(outer), isl.UnionMap.from_map(inner))
     assert found is not None
     assert found.is_equal(ih.parse_set("{ [v] : v mod 2 = 0 and 0 <= v <= 16 }"))
+
+
+#: a conv's output channels m and pixels p fused through modulos into a parallel loop t
+#: and its lanes r, with p split by 16 inside (fuzz sample 6391, densenet121, pixels
+#: doubled): isl's parametric lexmin/lexmax of p's tile position ran for minutes on it
+FUSED = (
+    "0 <= m <= 127 and 0 <= p <= 391 and (r - m) mod 10 = 0 and 0 <= r <= 9"
+    " and -5 + 98m + 5p - 10t <= 98r <= 98m + 5p - 10t"
+)
+
+
+def test_trip_counts_of_a_loop_fused_through_modulos_are_found_quickly() -> None:
+    """Every (t, r) holds a few pixels; the spans of their positions in the 16-pixel
+    tiles differ: the region is the (t, r) whose span is below the widest, as counted
+    pixel by pixel here, and it is worked out in well under the guard's time."""
+    outer = ih.parse_map(f"{{ S[m, p] -> [t, r] : {FUSED} }}")
+    inner = ih.parse_map(
+        f"{{ S[m, p] -> [t, r, m, p0, p1] : {FUSED} and (p1 - p) mod 16 = 0"
+        " and 0 <= p1 <= 15 and -15 + p <= 16p0 <= p }"
+    )
+
+    def region() -> str:
+        found = ih.partial_trip_region(isl.UnionMap.from_map(outer), isl.UnionMap.from_map(inner))
+        return found.to_str() if found is not None else "none"
+
+    answer = _in_child(region, seconds=20)
+    assert answer != "none"
+    found = ih.parse_set(answer)
+    points: list[tuple[int, ...]] = []
+    found.foreach_point(
+        lambda pt: points.append(
+            tuple(pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(2))
+        )
+    )
+    positions: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for m in range(128):
+        for p in range(392):
+            r = m % 10
+            positions[((98 * (m - r) + 5 * p) // 10, r)].append(p % 16)
+    spans = {key: max(ps) - min(ps) for key, ps in positions.items()}
+    widest = max(spans.values())
+    want = {key for key, span in spans.items() if span < widest}
+    assert want and len(want) < len(spans)  # some (t, r) have full spans, some not
+    assert sorted(points) == sorted(want)
+
+
+def _in_child(run: Callable[[], str], seconds: float) -> str:
+    """`run()` in a forked process; the test fails when no answer comes within `seconds`
+    (a runaway isl call cannot be interrupted in this process)."""
+    fork = multiprocessing.get_context("fork")
+    receive, send = fork.Pipe(duplex=False)
+    child = fork.Process(target=lambda: send.send(run()))
+    child.start()
+    try:
+        if not receive.poll(seconds):
+            pytest.fail(f"no answer within {seconds} s")
+        return receive.recv()
+    finally:
+        child.kill()
+        child.join()
 
 
 def _unrolled_rows(m: int, i0: Var) -> For:
