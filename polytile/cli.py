@@ -390,6 +390,7 @@ RECORDS_HELP = "tuning records (JSONL): the fastest verified schedule per kernel
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Search schedules, append measurements to the records, report before / after."""
+    from polytile.search.dynamic import SizesConfig
     from polytile.search.measure import MeasureConfig
     from polytile.search.validate import ValidateConfig
     from polytile.tuning import tune
@@ -398,6 +399,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise InputError(f"--validate takes a count of candidates (0: off), not {args.validate}")
     path = resolve_model(args.model, args.seed)
     budget = parse_duration(args.time_budget) if args.time_budget else None
+    bounds = parse_sizes(args.bounds, "--bounds")
+    if any(len(b) != 2 for b in bounds.values()):
+        raise InputError("--bounds takes name=LOW:HIGH items")
+    sizes = None
+    if args.tune_sizes:  # "batch=1,seq=16 batch=2,seq=100": one item per measured size
+        found = [parse_sizes(item, "--tune-sizes") for item in args.tune_sizes.split()]
+        if any(len(v) != 1 for s in found for v in s.values()):
+            raise InputError("--tune-sizes takes items like batch=1,seq=128")
+        sizes = SizesConfig(sizes=tuple({k: v[0] for k, v in s.items()} for s in found))
     result = tune(
         str(path),
         trials=args.trials,
@@ -408,6 +418,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         num_threads=args.threads,
         input_shapes=parse_input_shapes(args.input_shapes),
+        bounds=bounds or None,
+        sizes=sizes,
         measure=MeasureConfig(
             timeout=args.timeout,
             workers=args.workers,
@@ -427,10 +439,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.end_to_end:
         import polytile as pt
 
-        before = pt.compile(str(path), num_threads=args.threads).benchmark(repeat=10)
-        after = pt.compile(str(path), num_threads=args.threads, records=args.records)
-        print_timing("end to end, default schedules", before)
-        print_timing("end to end, tuned", after.benchmark(repeat=10))
+        shapes, at = parse_input_shapes(args.input_shapes), run_sizes(args)
+        options = {"num_threads": args.threads, "input_shapes": shapes, "bounds": bounds or None}
+        before = pt.compile(str(path), **options)
+        after = pt.compile(str(path), records=args.records, **options)
+        feeds = before.random_inputs(args.seed, at)
+        print_timing("end to end, default schedules", before.benchmark(feeds, repeat=10))
+        print_timing("end to end, tuned", after.benchmark(feeds, repeat=10))
     return 0
 
 
@@ -628,7 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
         "the fastest there (0: off; --trials 0 only validates)",
     )
     tune.add_argument(
-        "--end-to-end", action="store_true", help="time the model before and after tuning"
+        "--tune-sizes",
+        metavar="SIZES",
+        help="for a model with symbolic sizes: the sizes each candidate is timed at, one "
+        "item per set, its sizes comma-separated ('batch=1,seq=16 batch=2,seq=100'; a "
+        "missing size is its lower bound); default: 3 sampled within --bounds (seeded), "
+        "each candidate's cost the geometric mean of its latencies there",
+    )
+    tune.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="time the model before and after tuning (at --sizes for symbolic sizes)",
     )
     model_options(tune)
     tune.set_defaults(func=cmd_tune)

@@ -322,10 +322,10 @@ def _load(
     return _verify(native, task, config)
 
 
-def _verify(native: Any, task: tuple, config: MeasureConfig) -> tuple:
+def _verify(native: Any, task: tuple, config: MeasureConfig, sizes: Any = None) -> tuple:
     _, inputs, expected, _ = task
     try:
-        buffers = native.buffers(inputs)
+        buffers = native.buffers(inputs, sizes)
         native.run_on(buffers)
         tol = config.rtol, config.atol
         wrong = [n for n, want in expected.items() if not _tolerance_ok(buffers[n], want, *tol)]
@@ -457,7 +457,9 @@ class _Worker:
 class Measurer:
     """`config.workers` worker processes measuring the candidates of one task at a time
     (built on the Dask cluster of `config.scheduler` when it names one: the scheduler is
-    reached here, an InputError naming it when it cannot be)."""
+    reached here, an InputError naming it when it cannot be; `worker`: their class)."""
+
+    worker: type[_Worker] = _Worker
 
     def __init__(self, target: Target, config: MeasureConfig | None = None) -> None:
         self.target = target
@@ -486,7 +488,7 @@ class Measurer:
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.stop()
-                worker = self._workers[slot] = _Worker(self.target, self.config)
+                worker = self._workers[slot] = self.worker(self.target, self.config)
             elif not resend:
                 continue
             ready.append(worker)

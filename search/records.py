@@ -8,7 +8,8 @@ it resumes) and how the latencies were timed: "kernel" (the measurer ran the ker
 alone, as the search compares candidates) or "model" (seconds per call of the kernel
 inside inferences of the whole model: `validate` re-ranks a task's best candidates so),
 and for a kernel timed alone how its timed runs started (`start`: "warm", or the
-measurement's cold mode, "weights", "producer" or "all"; empty in older files).
+measurement's cold mode, "weights", "producer" or "all"; empty in older files), and for a
+kernel with symbolic sizes the sizes it was timed at (`sizes`, `search.dynamic`).
 Latencies of the two timings are not compared with each other. Lines are flushed and
 fsynced after each batch, so a crash loses at most the batch in flight and never a
 committed line; a partial or corrupt line is skipped with a warning when reading.
@@ -63,6 +64,9 @@ class Record:
     #: how the timed runs of a kernel timed alone started (`MeasureConfig.start`; empty
     #: when unknown: a record from before it was kept, or timed in the model)
     start: str = ""
+    #: the sizes a kernel with symbolic sizes was timed at (its latencies: geometric
+    #: means over them, `search.dynamic`); empty for a static kernel
+    sizes: tuple[Mapping[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERRORS:
@@ -101,6 +105,7 @@ class Record:
             "decisions": dict(self.decisions) if self.decisions is not None else None,
             "timing": self.timing,
             "start": self.start,
+            "sizes": [dict(s) for s in self.sizes],
         }
 
     @staticmethod
@@ -119,6 +124,7 @@ class Record:
             decisions=data.get("decisions"),
             timing=str(data.get("timing", "kernel")),
             start=str(data.get("start", "")),
+            sizes=tuple({str(k): int(v) for k, v in s.items()} for s in data.get("sizes") or ()),
         )
 
 

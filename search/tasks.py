@@ -1,10 +1,12 @@
 """Tuning tasks: the distinct kernels of a model (identical groups, by canonical workload
-key, are one task weighted by how often the model runs it)."""
+key, are one task weighted by how often the model runs it). A model with symbolic sizes
+gives kernels with parameters (`search.dynamic` tunes them), lowered from the graph that
+`polytile.compiler.imported` gives, inside its block (where the sizes' bounds hold)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -14,6 +16,9 @@ from polytile.codegen.target import host
 from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
+from polytile.frontend.symbolic import Dim, bounds_of
+from polytile.frontend.symbolic_isl import to_isl
+from polytile.poly.default.schedule import REPRESENTATIVE_SIZE
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower.base import LowerConfig, identifier
 from polytile.poly.transform.canonical import canonicalize
@@ -43,8 +48,15 @@ class Task:
     flops: int
     #: the fused op kind, for the summary table
     kind: str
-    #: what writes its inputs in the model, in model order (none for model inputs)
+    #: what writes its inputs in the model, in model order (none for model inputs, nor
+    #: for a kernel with symbolic sizes)
     producers: tuple[Producer, ...] = ()
+    #: the bounds of the named sizes its symbolic sizes depend on, (low, high) each, as
+    #: the model's import had them
+    bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: its derived sizes (isl parameters standing for products of named sizes,
+    #: `batch__seq`) and what each stands for
+    derived: Mapping[str, Dim] = field(default_factory=dict)
 
 
 def extract_tasks(
@@ -53,13 +65,23 @@ def extract_tasks(
     lowering: LowerConfig | None = None,
 ) -> list[Task]:
     """The model's distinct kernels as `compile` lowers them: with `lowering`, by default
-    this machine's (`codegen.configs.lower_config`)."""
+    this machine's (`codegen.configs.lower_config`). A model with symbolic sizes is passed
+    as the graph `polytile.compiler.imported` gives, from inside its block: its kernels
+    keep the sizes as parameters, and their FLOPs are counted at `REPRESENTATIVE_SIZE`
+    within the bounds."""
     if lowering is None:
         lowering = lower_config(host())
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
     graph = optimize(graph)
     found: dict[str, Task] = {}
     lowered: dict[int, tuple[Kernel, Mapping[str, str]]] = {}
+    derived = {  # the products of sizes that kernels take as parameters of their own
+        name: size
+        for t in graph.types.values()
+        for d in t.shape
+        if isinstance(d, Dim)
+        for name, size in to_isl([d]).derived.items()
+    }
     groups = partition(graph).groups
     writer = {t: g.index for g in groups for t in g.outputs}
     for group in groups:
@@ -67,8 +89,16 @@ def extract_tasks(
         kernel = lowered[group.index][0]
         key = kernel.workload_key()
         if key in found:
-            t = found[key]
-            found[key] = Task(t.index, key, t.kernel, t.weight + 1, t.flops, t.kind, t.producers)
+            found[key] = replace(found[key], weight=found[key].weight + 1)
+        elif kernel.params:
+            mine = {p: derived[p] for p in kernel.params if p in derived}
+            named = {p for p in kernel.params if p not in mine}
+            named.update(n for d in mine.values() for n in d.params)
+            bounds = {p: bounds_of(p) for p in sorted(named)}
+            at = {p: min(max(REPRESENTATIVE_SIZE, lo), hi) for p, (lo, hi) in bounds.items()}
+            flops = kernel.at(at | {p: d.evaluate(at) for p, d in mine.items()}).flops()
+            task = Task(len(found), key, kernel, 1, flops, group.kind, (), bounds, mine)
+            found[key] = task
         else:
             producers = _producers(graph, group, writer, lowered)
             found[key] = Task(len(found), key, kernel, 1, kernel.flops(), group.kind, producers)
@@ -94,7 +124,7 @@ def _producers(
         producer, producer_names = lowered[index]
         into = kernel.tensors.get(names.get(identifier(tensor), ""))
         out = producer.tensors.get(producer_names.get(identifier(source), ""))
-        if into is None or out is None or into.role is not Role.INPUT:
+        if into is None or out is None or into.role is not Role.INPUT or producer.params:
             continue
         if out.role is not Role.OUTPUT or into.dtype != out.dtype:
             continue

@@ -51,7 +51,8 @@ from polytile.poly.default.schedule import default_schedule
 
 from .builder import Built, SpaceSpec, make_builder
 from .cost_model import MODELS, CostModel, GBModel, PretrainedModel, RandomModel, load_model
-from .measure import MeasureConfig, Measurer, reference_outputs
+from .dynamic import SizesConfig, check_resumed, tune_sizes
+from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, trace_key
 from .space import Decisions, SearchSpace
 from .state import TaskState, decisions_key
@@ -60,6 +61,7 @@ from .tasks import Task, extract_tasks, select_tasks
 from .validate import ValidateConfig, validate
 
 if TYPE_CHECKING:
+    from polytile.frontend import Graph
     from polytile.runtime import CompiledModel
 
 STRATEGIES = ("evolutionary", "random")
@@ -119,6 +121,7 @@ class Tuner:
         pool: int = 6,
         task_epsilon: float = 0.05,
         start_from_default: bool = True,
+        sizes: SizesConfig | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
@@ -142,6 +145,8 @@ class Tuner:
         self.builder = make_builder(target, self.measure_config)
         #: where the tune's time goes (`summary.PARTS`)
         self.clock = Clock()
+        #: where tasks with symbolic sizes are sampled and timed (`search.dynamic`)
+        self.sizes = tune_sizes(tasks, sizes, seed)
         config = default_config(target)
         machine = machine_choices(target)
         self.states: list[TaskState] = []
@@ -160,13 +165,15 @@ class Tuner:
                 "their latencies are compared as they are",
                 stacklevel=2,
             )
+        check_resumed(previous, tasks, self.sizes, records.path)
         for task in tasks:
+            task, kernel = self.sizes.task(task), self.sizes.instance(task.kernel)
             state = TaskState(
                 task,
-                SearchSpace(task.kernel, config=config, machine=machine),
+                SearchSpace(kernel, config=config, machine=machine),
                 default_schedule(task.kernel, config),
             )
-            self.builder.add(task.key, SpaceSpec(task.kernel, config, machine), state.space)
+            self.builder.add(task.key, SpaceSpec(kernel, config, machine), state.space)
             self._resume(state, previous.get(task.key, []))
             self.states.append(state)
         if self.strategy == "evolutionary" and any(s.measured for s in self.states):
@@ -404,7 +411,7 @@ class Tuner:
         task = state.task
         with self.clock.part("reference"):
             if state.reference is None:  # the default schedule's outputs, computed once
-                state.reference = reference_outputs(state.default, self.target, self.seed)
+                state.reference = self.sizes.reference(state.default, self.target, self.seed)
             if measurer.task_key != task.key:
                 before = measurer.preludes(task.producers)
                 measurer.set_task(task.kernel, *state.reference, before)
@@ -503,6 +510,8 @@ def tune(
     validation: ValidateConfig | None = None,
     compile_model: Callable[..., CompiledModel] | None = None,
     early_stopping: int | None = None,
+    sizes: SizesConfig | None = None,
+    graph: Graph | None = None,
 ) -> TuneResult:
     """Tune a model's tasks for `trials` measurements (or `time_budget` seconds) in total,
     appending every measurement to the JSONL file `records`; resumes from it. Then, with
@@ -518,7 +527,12 @@ def tune(
     (an ablation). Validation compiles the model with `compile_model` (`polytile.compile`,
     which `polytile.tune` passes: the compiler is a later stage than the search). With
     `early_stopping` N the search ends once the estimated model latency has not improved
-    during N trials (`EarlyStop`); validation still follows."""
+    during N trials (`EarlyStop`); validation still follows.
+
+    A model with symbolic sizes is tuned on `graph`, the graph `polytile.compiler.imported`
+    gives (which `polytile.tune` passes, from inside its block), its tasks at `sizes`
+    (`search.dynamic`: sampled at one size, each candidate timed at a few, its cost the
+    geometric mean of their latencies); in-model validation is skipped for it."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
     if early_stopping is not None and early_stopping < 1:
@@ -535,7 +549,14 @@ def tune(
         return compile_model(model, records=records, input_shapes=input_shapes, target=target)
 
     setup = time.perf_counter()
-    all_tasks = extract_tasks(model, input_shapes, lower_config(target))
+    source = graph if graph is not None else model
+    all_tasks = extract_tasks(source, input_shapes, lower_config(target))
+    if validation is not None and any(t.kernel.params for t in all_tasks):
+        warnings.warn("tune: in-model validation of a model with symbolic sizes is not "
+                      "supported yet: skipped", stacklevel=2)  # fmt: skip
+        validation = None
+        if trials == 0:
+            return TuneResult((), 0, 0.0)
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
         chosen = select_tasks(all_tasks, tasks)
@@ -563,6 +584,7 @@ def tune(
         model=learned,
         pool=pool,
         start_from_default=start_from_default,
+        sizes=sizes,
     )
     try:
         start = time.perf_counter()
@@ -597,7 +619,7 @@ def _search(
         bar = tqdm(total=search, desc="tune", unit="trial")
     plateau = EarlyStop(early_stopping) if early_stopping is not None else None
     stopped = False
-    measurer = Measurer(target, tuner.measure_config)
+    measurer = tuner.sizes.measurer(target, tuner.measure_config)
     try:
         while used < search:
             if time_budget is not None and time.perf_counter() - start > time_budget:
