@@ -143,17 +143,16 @@ def tune_sizes(tasks: Sequence[Task], config: SizesConfig | None, seed: int) -> 
         given = [_checked(s, bounds, "sizes") for s in config.sizes]
         lows = {p: lo for p, (lo, _) in bounds.items()}
         return TuneSizes(at, tuple(lows | s for s in given), derived)
-    rng = random.Random(seed)
-    measured = []
-    for band in range(config.count):
-        sizes = {}
-        for p, (lo, hi) in sorted(bounds.items()):
-            top = min(hi, config.open if hi >= MAX_DIM else config.limit)
-            low, high = math.log(lo), math.log(max(top, lo))
-            width = (high - low) / config.count
+    # each size drawn by its own generator: a tune of some of the tasks (fewer sizes)
+    # times the others' sizes where a tune of all of them does
+    measured: list[dict[str, int]] = [{} for _ in range(config.count)]
+    for p, (lo, hi) in sorted(bounds.items()):
+        rng = random.Random(f"{seed}:{p}")
+        top = max(min(hi, config.open if hi >= MAX_DIM else config.limit), lo)
+        low, width = math.log(lo), (math.log(top) - math.log(lo)) / config.count
+        for band, sizes in enumerate(measured):
             value = math.exp(rng.uniform(low + band * width, low + (band + 1) * width))
-            sizes[p] = min(max(round(value), lo), max(top, lo))
-        measured.append(sizes)
+            sizes[p] = min(max(round(value), lo), top)
     return TuneSizes(at, tuple(measured), derived)
 
 

@@ -143,7 +143,8 @@ def _task(bounds: dict[str, tuple[int, int]]) -> Task:
     from polytile.poly.dsl import kernel
 
     names = sorted(bounds)
-    k = kernel("Y[i, j] = X[i, j] + 1.0", X=tuple(names))
+    index = ", ".join(f"i{n}" for n in range(len(names)))
+    k = kernel(f"Y[{index}] = X[{index}] + 1.0", X=tuple(names))
     return Task(0, k.workload_key(), k, 1, 0, "Add", (), bounds)
 
 
@@ -156,6 +157,8 @@ def test_sampled_sizes_are_seeded_within_bounds_small_to_large() -> None:
     assert len(seqs) == 3 and seqs == sorted(seqs) and seqs[0] >= 1 and seqs[-1] <= 512
     assert seqs[-1] > 64 and seqs[0] <= 8  # a small, a medium and a large one
     assert all(1 <= s["batch"] <= 8 for s in sizes.measured)  # an open bound: at most 8
+    alone = tune_sizes([_task({"seq": (1, 512)})], None, seed=7)  # a tune of some tasks
+    assert [s["seq"] for s in alone.measured] == seqs
     narrow = tune_sizes([_task({"batch": (2, 3), "seq": (1, 16)})], None, seed=0)
     assert narrow.at == {"batch": 3, "seq": 16}  # the representative size within bounds
     assert all(2 <= s["batch"] <= 3 and s["seq"] <= 16 for s in narrow.measured)
@@ -191,3 +194,33 @@ def test_a_dynamic_candidate_is_verified_and_timed_at_every_size() -> None:
     assert wrong.error == "wrong_result" and "'m': 37" in wrong.message
     assert right.ok and len(right.latencies) == QUICK.repeat
     assert right.sizes == ({"m": 1}, {"m": 37})
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        ([], None),
+        (["--tune-sizes", "batch=1,seq=16 seq=77"], ({"batch": 1, "seq": 16}, {"seq": 77})),
+    ],
+)
+def test_the_cli_passes_the_bounds_and_the_tune_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], want: object
+) -> None:
+    import polytile.tuning as tune_module
+    from polytile import cli
+
+    seen = {}
+
+    def fake_tune(*args: object, bounds: object, sizes: object, **kwargs: object) -> object:
+        seen.update(bounds=bounds, sizes=sizes)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(tune_module, "tune", fake_tune)
+    onnx.save(model(), tmp_path / "m.onnx")
+    argv = ["tune", str(tmp_path / "m.onnx"), "--records", str(tmp_path / "r.jsonl")]
+    assert cli.main([*argv, "--bounds", "seq=1:512", *flags]) == cli.EXIT_BAD_INPUT
+    assert seen["bounds"] == {"seq": (1, 512)}
+    assert (seen["sizes"].sizes if seen["sizes"] is not None else None) == want
+    seen.clear()
+    assert cli.main([*argv, "--tune-sizes", "seq=1:4"]) == cli.EXIT_BAD_INPUT
+    assert not seen  # refused before tuning: a measured size is one value
