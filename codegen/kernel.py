@@ -64,7 +64,7 @@ from .jit import SYMBOLIC
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .prefetch import Prefetcher
 from .promote import Accumulators, Promotion
-from .values import Instance, Lanes
+from .values import Instance, Lanes, shares_write
 
 #: environment entries that carry a private temporary's offset shift into outlined code
 SHIFT = "%shift:"
@@ -472,6 +472,9 @@ class _Emitter:
         value = inst.value(stmt.expr)
         t = self.kernel.tensors[stmt.tensor]
         text = flat_index(self.shape(t.name), stmt.index)
+        if shares_write(stmt, lanes, text):
+            value = inst.reduce_lanes(stmt.reduction, value, t.dtype)  # type: ignore[arg-type]
+            inst = Instance(self, stmt, dims, None)
         if stmt.reduction is not None:
             old = inst.load(t.name, t.dtype, text)
             value = inst.combine(stmt.reduction, old, value, t.dtype)

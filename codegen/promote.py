@@ -42,7 +42,7 @@ from .emission import Emitter, KernelState, plus
 from .llvm_types import Env, constant, kind, memory_type
 from .prefetch import Prefetcher
 from .transpose import columns_to_rows, rows_to_columns
-from .values import Instance, Lanes, address_texts
+from .values import Instance, Lanes, address_texts, shares_write
 
 #: independent accumulators that keep an FMA unit busy (4-cycle latency × 2 issued a
 #: cycle), the bytes of its vector registers, and at most how many partial sums a
@@ -333,6 +333,9 @@ class Accumulators:
             return False
         stmt = self.kernel.statement[node.stmt]
         t = self.kernel.tensors[stmt.tensor]
+        inst = Instance(self.em, stmt, {}, lanes)
+        if shares_write(stmt, lanes, flat_index(self.state.shape(t.name), stmt.index)):
+            lanes = None  # the lanes combined into one scalar accumulator (below)
         values = [env[v] for v in promotion.key_vars]
         if not all(isinstance(v, ir.Constant) for v in values):
             raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
@@ -350,10 +353,12 @@ class Accumulators:
             slot.values = tuple(constants.values())
             slot.piece = tuple(linear_terms(a) for a in written)
             promotion.slots[key] = slot
-        inst = Instance(self.em, stmt, {}, lanes)
         dims = {d: self.em.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
         inst.dims = dims
         value = inst.value(stmt.expr)
+        if inst.lanes is not None and lanes is None:
+            value = inst.reduce_lanes(stmt.reduction, value, t.dtype)  # type: ignore[arg-type]
+            inst = Instance(self.em, stmt, dims, None)
         self.prefetcher.reduction_step(promotion, stmt, node, env, lanes)
         old = self.em.b.load(slot.cell, typ=slot.type)
         value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]

@@ -15,7 +15,18 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 from polytile.frontend.narrow import FLOAT_FORMATS, INT_FORMATS, NARROW_DTYPES, cast_array
 from polytile.poly.ast.quasi import flat_index, parse_index
-from polytile.poly.ir.expr import Binary, Cast, Const, Expr, Iter, Load, Select, Unary, walk
+from polytile.poly.ir.expr import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Iter,
+    Load,
+    Select,
+    Unary,
+    identity,
+    walk,
+)
 from polytile.poly.ir.kernel import Statement
 
 from . import bfloat16 as bf16
@@ -557,6 +568,33 @@ class Instance:
         op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[combiner]
         old, new = self.same_shape(old, new)
         return self.binary(op, old, new, dtype)
+
+    def reduce_lanes(self, combiner: str, value: ir.Value, dtype: str) -> ir.Value:
+        """The lanes in use combined into one value (the others count as the combiner's
+        identity), halving the vector at each step: a reduction along the vector loop
+        (`shares_write`)."""
+        assert self.lanes is not None
+        b = self.b
+        value = self.splat(value)
+        count = self.lanes.count
+        if self.lanes.used < count:
+            fill = self.splat(_constant(identity(combiner, dtype).item(), dtype))
+            used = constant(ir.VectorType(I1, count), [j < self.lanes.used for j in range(count)])
+            value = b.select(used, value, fill)
+        while count > 1:
+            count //= 2
+            low, high = (
+                b.shuffle_vector(value, value, constant(ir.VectorType(I32, count), list(picks)))
+                for picks in (range(count), range(count, 2 * count))
+            )
+            value = self.combine(combiner, low, high, dtype)
+        return b.extract_element(value, ir.Constant(I32, 0))
+
+
+def shares_write(stmt: Statement, lanes: Lanes | None, text: str) -> bool:
+    """Whether every lane of a reduction writes one element (its write address `text`
+    does not move along the vector loop): the lanes are combined before it is written."""
+    return lanes is not None and stmt.reduction is not None and lanes.strides.get(text) == 0
 
 
 def _align(dtype: str) -> int:

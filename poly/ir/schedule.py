@@ -362,12 +362,39 @@ def check_not_carried(schedule: Schedule, loop: str, step: str) -> None:
         raise IllegalSchedule(f"{step}: loop {loop} carries the dependence {_sample(deps)}")
 
 
+_IN = isl.dim_type.in_
+
+
+def check_vectorizable(schedule: Schedule, name: str, step: str) -> None:
+    """IllegalSchedule (naming `step`) when the loop carries a dependence other than a
+    reduction into an element all its iterations share (`S[i] += X[i, j]` along j):
+    codegen gives such a reduction one partial result a lane and combines the lanes at
+    the end (reassociating it, as any blocked reduction)."""
+    if carried(schedule, name, include_reductions=False).is_empty():
+        loop = schedule.loop(name)
+        shared: list[str] = []
+
+        def check(relation: isl.Map) -> None:
+            stmt = schedule.kernel.statement[relation.get_tuple_name(isl.dim_type.in_)]
+            value = ih.parse_map(loop.exprs[stmt.name])
+            dims = [d for p, d in enumerate(stmt.dims) if value.involves_dims(_IN, p, 1)]
+            if stmt.reduction is None or any(mentions(i, d) for i in stmt.index for d in dims):
+                shared.append(stmt.name)
+
+        deps = carried(schedule, name, include_reductions=True)
+        deps.foreach_map(check)
+        if not shared:
+            return
+    check_not_carried(schedule, name, step)
+
+
 def check_marks(schedule: Schedule, step: str) -> Schedule:
     """After loops moved or statements changed, the parallel / vector marks must still be
     legal."""
     for loop, _ in schedule.loops():
-        if loop.annotation in ("parallel", "vector"):
-            check_not_carried(
-                schedule, loop.name, f"{step} (keeping {loop.annotation} on {loop.name})"
-            )
+        where = f"{step} (keeping {loop.annotation} on {loop.name})"
+        if loop.annotation == "parallel":
+            check_not_carried(schedule, loop.name, where)
+        elif loop.annotation == "vector":
+            check_vectorizable(schedule, loop.name, where)
     return schedule

@@ -33,6 +33,7 @@ from polytile.poly.ir.schedule import (
     check_marks,
     check_not_carried,
     check_order,
+    check_vectorizable,
     initial_schedule,
     statements_below,
 )
@@ -431,11 +432,12 @@ def parallel(schedule: Schedule, loop: str) -> Schedule:
 
 
 def vectorize(schedule: Schedule, loop: str) -> Schedule:
-    """SIMD over an innermost loop that carries no dependence."""
+    """SIMD over an innermost loop that carries no dependence but, possibly, a
+    reduction into an element its iterations share (`check_vectorizable`)."""
     target = schedule.loop(loop)
     if any(isinstance(c, Loop) for c in target.body):
         raise IllegalSchedule(f"vectorize({loop}): only an innermost loop can be vectorized")
-    check_not_carried(schedule, loop, f"vectorize({loop})")
+    check_vectorizable(schedule, loop, f"vectorize({loop})")
     return _annotate(schedule, loop, "vector")
 
 
