@@ -1,6 +1,6 @@
 """What a tune reports: per task, its kind, weight, trials and the default's and best
 latencies, and for the model the estimate they add up to (and the validation's table),
-and where the tune's time went (`Clock`)."""
+and where the tune's time went (`Clock`); when the search stops early (`EarlyStop`)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,28 @@ class TuneResult:
             lines.append(f"setup (tasks, default schedules): {self.setup:.1f} s")
             lines.append(time_table(self.time, self.seconds, self.trials))
         return "\n".join(lines)
+
+
+#: the relative fall of the estimated model latency that counts as progress for early
+#: stopping: timing noise alone should not keep a tune alive
+MIN_GAIN = 0.002
+
+
+@dataclass
+class EarlyStop:
+    """tvmc's `--early-stopping N`: the tune ends once the model's estimated latency
+    (Σ weight × each task's best) has not fallen by `MIN_GAIN` during the last `trials`
+    trials. Until every task has its baseline the estimate is unknown and nothing stops."""
+
+    trials: int
+    best: float = float("inf")
+    at: int = 0
+
+    def stop(self, estimate: float, used: int) -> bool:
+        if estimate == float("inf"):
+            self.at = used
+            return False
+        if estimate < self.best * (1 - MIN_GAIN):
+            self.best, self.at = estimate, used
+            return False
+        return used - self.at >= self.trials

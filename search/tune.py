@@ -37,7 +37,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,8 @@ from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, trace_key
 from .space import Decisions, SearchSpace
 from .state import TaskState, decisions_key
-from .summary import Clock, TaskSummary, TuneResult
+from .summary import MIN_GAIN as MIN_GAIN  # the early stop's, named here as before
+from .summary import Clock, EarlyStop, TaskSummary, TuneResult
 from .tasks import Task, extract_tasks, select_tasks
 from .validate import ValidateConfig, validate
 
@@ -81,29 +82,6 @@ PRETRAIN = 256
 BUILT_CACHE = 4096
 #: rounds in a row with only builds over budget after which a task is left alone
 IDLE = 3
-#: the relative fall of the estimated model latency that counts as progress for early
-#: stopping: timing noise alone should not keep a tune alive
-MIN_GAIN = 0.002
-
-
-@dataclass
-class EarlyStop:
-    """tvmc's `--early-stopping N`: the tune ends once the model's estimated latency
-    (Σ weight × each task's best) has not fallen by `MIN_GAIN` during the last `trials`
-    trials. Until every task has its baseline the estimate is unknown and nothing stops."""
-
-    trials: int
-    best: float = float("inf")
-    at: int = 0
-
-    def stop(self, estimate: float, used: int) -> bool:
-        if estimate == float("inf"):
-            self.at = used
-            return False
-        if estimate < self.best * (1 - MIN_GAIN):
-            self.best, self.at = estimate, used
-            return False
-        return used - self.at >= self.trials
 
 
 class Tuner:
