@@ -24,7 +24,7 @@ from llvmlite import ir
 from polytile.errors import CodegenError
 
 from . import cache, vecmath
-from .llvm_types import NUM_THREADS
+from .llvm_types import LOOP_MARKER, NUM_THREADS
 from .target import Target, _init_llvm, default_threads, openmp_library
 
 T = TypeVar("T")
@@ -39,22 +39,22 @@ def function_attributes(target: Target) -> str:
 
 
 def finalize(module: ir.Module, target: Target) -> str:
-    """The module's IR text with the target and the vector width on every definition."""
+    """The module's IR text with the target and the vector width on every definition,
+    and each loop ID placeholder (`ModuleContext.runtime_trips`) made a real one: a
+    distinct node whose first operand is itself (llvmlite writes no such node)."""
     module.triple = target.triple
     text = str(module)
     text = re.sub(r"^(define [^\n]*\))([^\n{]*)$", r"\1\2 #0", text, flags=re.M)
+    marker = re.escape(LOOP_MARKER)
+    text = re.sub(
+        rf'^(!\d+) = !{{ !"{marker}\d+", (!\d+) }}$', r"\1 = distinct !{\1, \2}", text, flags=re.M
+    )
     return f"{text}\nattributes #0 = {{ {function_attributes(target)} }}\n"
 
 
-#: named metadata of a module whose kernel takes symbolic sizes
-SYMBOLIC = "polytile.symbolic"
-
-
 def optimize(text: str, target: Target, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
-    """LLVM's pipeline at the target's level, its own vectorizers on. A kernel with
-    symbolic sizes (`SYMBOLIC`) is not unrolled by LLVM: codegen unrolls what it means
-    to, and LLVM would unroll every loop whose trip count is a run-time value with a
-    remainder loop, tripling the code it then compiles."""
+    """LLVM's pipeline at the target's level, its own vectorizers and unroller on (a loop
+    whose trip count is a run-time value carries its own refusal of runtime unrolling)."""
     _init_llvm()
     try:
         mod = llvm.parse_assembly(text, context=context)
@@ -66,7 +66,7 @@ def optimize(text: str, target: Target, context: llvm.ContextRef | None = None) 
     options = llvm.create_pipeline_tuning_options(speed_level=min(target.opt_level, 3))
     options.loop_vectorization = True
     options.slp_vectorization = True
-    options.loop_unrolling = f"!{SYMBOLIC}" not in text
+    options.loop_unrolling = True
     builder = llvm.create_pass_builder(machine, options)
     builder.getModulePassManager().run(mod, builder)
     return mod

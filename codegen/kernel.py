@@ -60,7 +60,6 @@ from polytile.poly.transform.contract import private_temporaries
 from .ast_facts import calls_of, constant_bound, constant_lower, exact, relative_trips, upper
 from .emission import MAX_UNROLL, KernelState, plus
 from .integers import Integers, smax, smin
-from .jit import SYMBOLIC
 from .llvm_types import I32, I64, PTR, STOP, Env, ModuleContext
 from .prefetch import Prefetcher
 from .promote import Accumulators, Promotion
@@ -93,8 +92,6 @@ def emit_kernel(
     for arg in fn.args[: len(params)]:
         arg.add_attribute("noalias")
     fn.attributes.add("nounwind")
-    if sizes:  # its loops' trip counts are run-time values: see `jit.optimize`
-        mc.module.add_named_metadata(SYMBOLIC, mc.module.add_metadata([]))
     ast = ast if ast is not None else build_ast(schedule)
     state = KernelState(schedule, mc.target)
     for private in private_temporaries(schedule, ast):
@@ -299,7 +296,9 @@ class _Emitter:
         if lanes != 1:
             step = b.mul(step, ir.Constant(I64, lanes), flags=["nsw"])
         v.add_incoming(b.add(v, step, flags=["nsw"]), b.block)
-        b.branch(header)
+        latch = b.branch(header)
+        if self.sizes:  # its trip count may be a run-time value
+            latch.set_metadata("llvm.loop", self.mc.runtime_trips())
         b.position_at_end(done)
         return v
 

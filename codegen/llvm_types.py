@@ -123,6 +123,11 @@ def suffix(ty: ir.Type) -> str:
     raise CodegenError(f"no overload suffix for {ty}")
 
 
+#: `ModuleContext.runtime_trips`: the loop option, and the placeholder's first operand
+RUNTIME_UNROLL_OFF = "llvm.loop.unroll.runtime.disable"
+LOOP_MARKER = "polytile.loop."
+
+
 @dataclass
 class ModuleContext:
     """One LLVM module under construction, with the declarations its kernels share."""
@@ -133,6 +138,7 @@ class ModuleContext:
     #: whether this module defines the runtime's globals (the others declare them)
     defines_runtime: bool = True
     _outlined: int = field(default=0)
+    _loops: int = field(default=0)
 
     def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         """A declared function (intrinsic, libm or runtime), created once."""
@@ -143,6 +149,16 @@ class ModuleContext:
 
     def intrinsic(self, name: str, ty: ir.Type, arity: int = 1) -> ir.Function:
         return self.function(f"llvm.{name}.{suffix(ty)}", ty, [ty] * arity)
+
+    def runtime_trips(self) -> ir.MDValue:
+        """Loop metadata for a loop whose trip count is a run-time value: LLVM may not
+        unroll it (it would with a remainder loop, tripling a symbolic kernel's code);
+        loops with constant trip counts stay LLVM's to unroll. A placeholder that
+        `jit.finalize` turns into a distinct loop ID, one a loop as LLVM requires."""
+        self._loops += 1
+        disable = self.module.add_metadata([ir.MetaDataString(self.module, RUNTIME_UNROLL_OFF)])
+        marker = ir.MetaDataString(self.module, f"{LOOP_MARKER}{self._loops}")
+        return self.module.add_metadata([marker, disable])
 
     def outlined_name(self, base: str) -> str:
         self._outlined += 1

@@ -11,12 +11,15 @@ numpy.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
 
+from polytile.codegen.jit import optimize
 from polytile.codegen.native import NativeKernel
+from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule, InputError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
@@ -205,3 +208,22 @@ def test_symbolic_temporary_is_private_to_its_tile() -> None:
     private = private_temporaries(default_schedule(k))
     assert [p.tensor for p in private] == ["T"]
     assert private[0].span < 16 * 10 * 10
+
+
+def test_llvm_unrolls_constant_trips_but_not_run_time_ones() -> None:
+    """Each loop of a symbolic kernel carries its own loop ID refusing runtime unrolling
+    (a remainder loop per loop tripled the code); loops with constant trip counts (a
+    conv's 3 taps) are still LLVM's to unroll, which register tiles need."""
+    k, _ = CASES["batched_conv"]
+    ir_text = NativeKernel(default_schedule(k)).ir
+    ids = re.findall(r"!llvm\.loop (!\d+)", ir_text)
+    assert ids and len(set(ids)) == len(ids)
+    for name in ids:
+        node = re.search(rf"^{name} = distinct !{{{name}, (!\d+)}}$", ir_text, re.M)
+        assert node, f"loop ID {name} is not a distinct self-reference"
+        assert f'{node.group(1)} = !{{ !"llvm.loop.unroll.runtime.disable" }}' in ir_text
+    # LLVM's runtime unrolling leaves `xtraiter` counts and `.prol` remainder loops
+    unrolled = str(optimize(re.sub(r", !llvm\.loop !\d+", "", ir_text), host()))
+    assert "xtraiter" in unrolled and ".prol" in unrolled
+    optimized = str(optimize(ir_text, host()))
+    assert "xtraiter" not in optimized and ".prol" not in optimized
