@@ -121,7 +121,7 @@ class TuneSizes:
         inputs = tuple((s, random_inputs(kernel.at(s), seed)) for s in self.of(kernel))
         return inputs, tuple(native.outputs(i, sizes=s) for s, i in inputs)
 
-    def measurer(self, target: Target, config: M.MeasureConfig) -> M.Measurer:
+    def measurer(self, target: Target, config: M.MeasureConfig | None) -> M.Measurer:
         """The measurer of the tune's tasks (`DynamicMeasurer` when some have sizes)."""
         return (DynamicMeasurer if self.measured else M.Measurer)(target, config)
 

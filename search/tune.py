@@ -510,7 +510,7 @@ def tune(
     A model with symbolic sizes is tuned on `graph`, the graph `polytile.compiler.imported`
     gives (which `polytile.tune` passes, from inside its block), its tasks at `sizes`
     (`search.dynamic`: sampled at one size, each candidate timed at a few, its cost the
-    geometric mean of their latencies); in-model validation is skipped for it."""
+    geometric mean of their latencies), and validated in the model at those sizes."""
     if trials < 0 or (trials == 0 and validation is None):
         raise InputError(f"tune: trials must be at least 1 (0 only with validation), got {trials}")
     if early_stopping is not None and early_stopping < 1:
@@ -529,16 +529,13 @@ def tune(
     setup = time.perf_counter()
     source = graph if graph is not None else model
     all_tasks = extract_tasks(source, input_shapes, lower_config(target))
-    if validation is not None and any(t.kernel.params for t in all_tasks):
-        warnings.warn("tune: in-model validation of a model with symbolic sizes is not "
-                      "supported yet: skipped", stacklevel=2)  # fmt: skip
-        validation = None
-        if trials == 0:
-            return TuneResult((), 0, 0.0)
     if trials == 0 and validation is not None:  # no search: no tuner to build and train
         start = time.perf_counter()
         chosen = select_tasks(all_tasks, tasks)
-        checked = validate(chosen, RecordFile(records), target, variant, validation, measure)
+        at = tune_sizes(chosen, sizes, seed)
+        checked = validate(
+            chosen, RecordFile(records), target, variant, validation, measure, sizes=at
+        )
         return TuneResult((), checked.trials, time.perf_counter() - start, checked)
     if cost_model_kind not in (*MODELS, "random"):
         raise InputError(
@@ -630,7 +627,7 @@ def _search(
         with tuner.clock.part("validate"):
             checked = validate(
                 chosen, tuner.records, target, variant, validation, tuner.measure_config,
-                budget=trials - used,
+                budget=trials - used, sizes=tuner.sizes,
             )  # fmt: skip
         used += checked.trials
     summary = tuner.summary(time.perf_counter() - start, used)

@@ -27,6 +27,7 @@ search measured the task again since.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import statistics
@@ -42,7 +43,8 @@ from polytile.errors import BudgetExceeded, InputError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.ir.schedule import Schedule
 
-from .measure import MeasureConfig, Measurer, reference_outputs
+from .dynamic import TuneSizes, tune_sizes
+from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, best_records, trace_key
 from .space import SearchSpace
 from .tasks import Task
@@ -187,6 +189,7 @@ def _neighbours(
     measure: MeasureConfig | None,
     seed: int,
     budget: int | None,
+    sizes: TuneSizes,
 ) -> int:
     """Measure (and verify) the neighbour of each task's best candidate (at most
     `budget`; one `known` from the records is not measured again), append its record and
@@ -200,7 +203,8 @@ def _neighbours(
                 break
             if not cands or cands[0].decisions is None:
                 continue
-            space = SearchSpace(task.kernel, config=defaults, machine=machine_choices(target))
+            kernel = sizes.instance(task.kernel)  # a symbolic kernel's: its instance's
+            space = SearchSpace(kernel, config=defaults, machine=machine_choices(target))
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
             try:
                 trace = tuple(space.build(decisions).trace)
@@ -215,8 +219,8 @@ def _neighbours(
                     cands.insert(-1, _Candidate("nb", trace, decisions))
                 continue
             if measurer is None:  # worker processes only when there is something to time
-                measurer = stack.enter_context(Measurer(target, measure))
-            reference = reference_outputs(default_of[task.key], target, seed)
+                measurer = stack.enter_context(sizes.measurer(target, measure))
+            reference = sizes.reference(default_of[task.key], target, seed)
             measurer.set_task(task.kernel, *reference, measurer.preludes(task.producers))
             (record,) = measurer.measure(task.key, [list(trace)], seed)
             record = replace(record, decisions=decisions)
@@ -225,6 +229,19 @@ def _neighbours(
             if record.ok:
                 cands.insert(-1, _Candidate("nb", record.trace, decisions))
     return measured
+
+
+def _per_call(model: CompiledModel, feeds: Mapping[str, Any], repeat: int) -> dict[str, float]:
+    """Each workload's mean seconds per call in a profile of the model on `feeds`."""
+    per_call: dict[str, list[float]] = {}
+    for call in model.profile(feeds, repeat=repeat).calls:
+        per_call.setdefault(call.workload, []).append(call.seconds)
+    return {k: sum(calls) / len(calls) for k, calls in per_call.items()}
+
+
+def _geomean(values: Sequence[float]) -> float:
+    """Their geometric mean (the value itself for one)."""
+    return values[0] if len(values) == 1 else math.exp(statistics.fmean(map(math.log, values)))
 
 
 def deal(sizes: Mapping[str, int], contexts: int, seed: int) -> list[dict[str, int]]:
@@ -249,12 +266,17 @@ def validate(
     config: ValidateConfig | None = None,
     measure: MeasureConfig | None = None,
     budget: int | None = None,
+    sizes: TuneSizes | None = None,
 ) -> Validation:
     """Time the tasks' best candidates (and their neighbours, measured with `measure`,
     at most `budget` of them) inside the model, append them as "model" records and
     return the table (tasks without a candidate beside the default are left out).
-    `compile_variant` compiles the model for `target` with the given records applied."""
+    `compile_variant` compiles the model for `target` with the given records applied.
+    A model with symbolic sizes runs at each of `sizes.measured` (the search's; by
+    default sampled as `search.dynamic.tune_sizes` does): a candidate's time per turn is
+    the geometric mean over them of its seconds per call."""
     config = config or ValidateConfig()
+    sizes = sizes or tune_sizes(tasks, None, config.seed)
     start = time.perf_counter()
     defaults = default_config(target)
     every = records.read(target=target.key())
@@ -269,7 +291,7 @@ def validate(
     if config.neighbours:
         measured = _neighbours(
             tasks, by_task, of_workload, default_of, defaults, records, target, measure,
-            config.seed, budget,
+            config.seed, budget, sizes,
         )  # fmt: skip
     by_task = {k: c for k, c in by_task.items() if len(c) > 1}
     if not by_task:
@@ -305,17 +327,16 @@ def validate(
         deals = dealt_variants()
         compiled = [variant(deals[0])]
     compiled += [variant(dealt) for dealt in deals[1:]]
-    feeds = compiled[0].random_inputs(config.seed)
+    at = sizes.measured or ({},)
+    feeds = [compiled[0].random_inputs(config.seed, s or None) for s in at]
     samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(config.rounds):
         for dealt, m in zip(deals, compiled, strict=True):
-            per_call: dict[str, list[float]] = {}
-            for call in m.profile(feeds, repeat=config.repeat).calls:
-                per_call.setdefault(call.workload, []).append(call.seconds)
+            per_feed = [_per_call(m, f, config.repeat) for f in feeds]
             for key in by_task:
-                if key in per_call:
-                    calls = per_call[key]
-                    samples.setdefault((key, dealt[key]), []).append(sum(calls) / len(calls))
+                if all(key in per_call for per_call in per_feed):
+                    seconds = [per_call[key] for per_call in per_feed]
+                    samples.setdefault((key, dealt[key]), []).append(_geomean(seconds))
     stamp = time.time()
     rows, written = [], []
     for task in tasks:
@@ -334,9 +355,11 @@ def validate(
         chosen = min(range(len(cands)), key=medians.__getitem__)
         rows.append(ValidatedTask(task.index, task.key, tuple(c.label for c in cands),
                                   tuple(medians), chosen))  # fmt: skip
+        timed = tuple(sizes.of(task.kernel)) if task.kernel.params else ()
         written += [
             Record(workload=task.key, target=target.key(), trace=c.trace, latencies=tuple(s),
-                   seed=config.seed, timestamp=stamp, decisions=c.decisions, timing="model")
+                   seed=config.seed, timestamp=stamp, decisions=c.decisions, timing="model",
+                   sizes=timed)
             for c, s in zip(cands, times, strict=True)
         ]  # fmt: skip
     records.append(written)

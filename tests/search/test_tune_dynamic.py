@@ -26,6 +26,7 @@ from polytile.search.dynamic import SizesConfig, tune_sizes
 from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile, best_records
 from polytile.search.tasks import Task
+from polytile.search.validate import ValidateConfig
 from polytile.tuning import tune
 
 #: candidates built in the test's process, timed briefly
@@ -136,6 +137,27 @@ def test_a_resumed_dynamic_tune_measures_no_candidate_twice(tmp_path: Path) -> N
         tune(model(), trials=1, records=str(path), bounds=BOUNDS, sizes=other, seed=1,
              strategy="random", cost_model_kind="random", measure=QUICK,
              progress=False)  # fmt: skip
+
+
+def test_a_dynamic_tune_is_validated_in_the_model_at_its_sizes(tmp_path: Path) -> None:
+    """Validation (alone, after a search) measures each task's neighbour of its best at
+    the tune's sizes, then times every candidate inside the dynamic model at each of
+    them: one "model" record per candidate, keeping the sizes."""
+    path = tmp_path / "r.jsonl"
+    _tune(path, trials=8, seed=2)
+    config = ValidateConfig(top=1, contexts=1, rounds=1, repeat=2)
+    result = tune(model(), trials=0, records=str(path), bounds=BOUNDS, sizes=SIZES, seed=2,
+                  validation=config, measure=QUICK, progress=False)  # fmt: skip
+    records = RecordFile(path).read()
+    timed = [r for r in records if r.timing == "model"]
+    assert result.validation is not None and len(result.validation.tasks) == 2
+    assert result.trials == 2  # a neighbour per task, measured as a search trial
+    assert len(records) == 8 + 2 + len(timed)
+    for row in result.validation.tasks:  # the best, its neighbour if correct, the default
+        mine = [r for r in timed if r.workload == row.workload]
+        assert len(mine) == len(row.labels) >= 2 and row.labels[-1] == "default"
+        assert all(r.ok and len(r.latencies) == 1 and r.sizes == SIZES.sizes for r in mine)
+    assert all(r.sizes == SIZES.sizes for r in records[8:10])  # the neighbours
 
 
 def _task(bounds: dict[str, tuple[int, int]]) -> Task:
