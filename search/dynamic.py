@@ -18,6 +18,8 @@ size.
   gain did not show for static kernels (`measure`'s docstring).
 - The cost model's features are those of the instance's schedule at `at`: the sizes are
   not among them (the shipped model's rows have a fixed width).
+- In-model validation (`validate`) runs the model at the same sizes, a candidate's time
+  the geometric mean of its seconds per call at each.
 """
 
 from __future__ import annotations
