@@ -96,7 +96,7 @@ def print_kernels(
     from polytile.codegen.configs import default_config, lower_config
     from polytile.codegen.target import host
     from polytile.explain import explain
-    from polytile.poly.default.schedule import default_schedule
+    from polytile.poly.default.schedule import default_schedule, representative_sizes
     from polytile.poly.transform.canonical import canonicalize
     from polytile.poly.transform.flatten import kernel_of
     from polytile.search.records import replay_record, tuned_records
@@ -113,12 +113,13 @@ def print_kernels(
     target = host(threads)
     config = default_config(target)
     tuned = tuned_records(records, target)
+    sizes = representative_sizes(graph)
     for group in selected:
         lowered = kernel_of(graph, group, lower_config(target))
         kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
         record = tuned.get(kernel.workload_key())
         tuned_schedule = replay_record(kernel, record)
-        schedule = tuned_schedule or default_schedule(kernel, config)
+        schedule = tuned_schedule or default_schedule(kernel, config, sizes)
         source = "default" if tuned_schedule is None else "tuning record's"
         names = ", ".join(
             f"{new} = {old}" for old, new in renamed.items() if old in lowered.tensors

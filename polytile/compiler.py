@@ -40,7 +40,7 @@ from polytile.frontend.symbolic_graph import compute_graph
 from polytile.frontend.symbolic_import import import_symbolic
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ast.check import verify_ast
-from polytile.poly.default.schedule import default_schedule
+from polytile.poly.default.schedule import default_schedule, representative_sizes
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.lower.base import LowerConfig
 from polytile.poly.transform.canonical import canonicalize, transplant
@@ -153,12 +153,15 @@ def _compile(
         first.setdefault(key, step)
     jobs = list(first.values())
 
+    sizes = representative_sizes(graph)
+
     def schedule_one(job: int) -> tuple[Schedule, AstNode, list[tuple[type[Warning], str]]]:
         kernel = kernels[jobs[job]]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             chosen = replay_record(kernel, tuned.get(workloads[jobs[job]]))
-            schedule, ast = _verified(chosen or default_schedule(kernel, config))
+            default = None if chosen else default_schedule(kernel, config, sizes)
+            schedule, ast = _verified(chosen or default)  # type: ignore[arg-type]
         return schedule, ast, [(w.category, str(w.message)) for w in caught]
 
     # scheduling is Python and isl work: forked workers take distinct kernels side by side

@@ -21,6 +21,9 @@ import warnings
 from collections.abc import Mapping
 
 from polytile.errors import BudgetExceeded
+from polytile.frontend.graph import Graph
+from polytile.frontend.symbolic import Dim, bounds_of
+from polytile.frontend.symbolic_isl import to_isl
 from polytile.poly.default.decide import default_decisions
 from polytile.poly.default.rules import (
     cache_rows,
@@ -61,6 +64,7 @@ __all__ = [
     "packed_inputs",
     "parallelize_outer",
     "register_block",
+    "representative_sizes",
     "row_vectors",
     "tile_band",
     "tiles_first",
@@ -80,6 +84,33 @@ FALLBACK_OPERATIONS = 4_000_000
 #: the value every symbolic size takes when the default's decisions are made for a kernel
 #: with symbolic sizes and no representative sizes are given
 REPRESENTATIVE_SIZE = 128
+
+
+def representative_sizes(graph: Graph) -> dict[str, int]:
+    """The sizes a model compiled for all sizes has its kernels' default decisions made
+    at (`default_schedule`'s `sizes`), within the bounds in force: a model input's
+    leading size (ONNX's batch) at 1, the others at `REPRESENTATIVE_SIZE`, and derived
+    sizes (batch*seq) at their values. Decisions made for one element of a batch hold
+    for each of several; made for a batch of 128, they blocked a pool's registers over
+    the batch, every register but one idle at a batch of 1."""
+    leading = set()
+    for name in graph.inputs:
+        shape = graph.types[name].shape
+        if len(shape) >= 2 and isinstance(shape[0], Dim) and str(shape[0]) in shape[0].params:
+            leading.add(str(shape[0]))
+    sizes: dict[str, int] = {}
+    for t in graph.types.values():
+        for d in t.shape:
+            if not isinstance(d, Dim):
+                continue
+            for p in sorted(d.params - set(sizes)):
+                lo, hi = bounds_of(p)
+                sizes[p] = min(max(1 if p in leading else REPRESENTATIVE_SIZE, lo), hi)
+    for t in graph.types.values():
+        for d in t.shape:
+            if isinstance(d, Dim):
+                sizes.update({k: v.evaluate(sizes) for k, v in to_isl([d]).derived.items()})
+    return sizes
 
 
 def default_schedule(
@@ -118,7 +149,7 @@ def _for_all_sizes(
     chosen again (`parallelize_for_all_sizes`): the instance's may be a batch loop, which
     leaves a batch of 1 on one thread."""
     config = config or DefaultConfig()
-    chosen = {p: REPRESENTATIVE_SIZE for p in kernel.params} | dict(sizes or {})
+    chosen = {p: (sizes or {}).get(p, REPRESENTATIVE_SIZE) for p in kernel.params}
     instance = default_schedule(kernel.at(chosen), config)
     refusal = f"kernel {kernel.name}: its default schedule went over budget"
     try:

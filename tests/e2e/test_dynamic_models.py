@@ -18,6 +18,7 @@ import polytile as pt
 import polytile.compiler
 from polytile import zoo
 from polytile.errors import IndexOutOfRangeError, InputError, PolytileError
+from polytile.poly.default.schedule import representative_sizes
 
 from peers import ort_run
 
@@ -160,6 +161,21 @@ def test_profile_of_a_dynamic_model_runs_its_kernels_at_the_feeds_sizes() -> Non
         assert len(profile.calls) == len(compiled.manifest.calls)
         (want,) = ort_run(attention_model(), {"x": x})
         np.testing.assert_allclose(profile.outputs[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "want"),
+    [
+        ({}, {"batch": 1, "seq": 128, "batch__seq": 128}),
+        ({"batch": (8, 16), "seq": (1, 64)}, {"batch": 8, "seq": 64, "batch__seq": 512}),
+    ],
+)
+def test_default_decisions_are_made_at_a_batch_of_one(bounds: dict, want: dict) -> None:
+    """A model input's leading size is a batch: its kernels' default decisions are made at
+    1 (within the bounds), the other sizes at a representative size, products at theirs."""
+    with polytile.compiler.imported(zoo.build("llama_small__dyn"), None, None, bounds) as graph:
+        sizes = representative_sizes(graph)
+    assert {k: sizes[k] for k in want} == want
 
 
 def test_static_compile_is_still_asked_for_with_dynamic_false() -> None:
