@@ -257,18 +257,8 @@ class CompiledModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for the given inputs (a dict name → array), in the model's order."""
         arrays = self._check(feeds)
-        dynamic = self.manifest.dynamic
-        table: np.ndarray | None = None
-        if dynamic is None:
-            outputs = self._new_outputs()
-        else:
-            named = bind(
-                self.manifest.name,
-                [(s.name, s.shape) for s in self.manifest.inputs],
-                [a.shape for a in arrays],
-            )
-            table, arena_bytes, sizes = dynamic.table(named)
-            outputs = self._new_outputs(sizes)
+        table, arena_bytes, sizes = self._sized(arrays)
+        outputs = self._new_outputs(sizes if table is not None else None)
         with self._lock:
             for i, a in enumerate(arrays):
                 self._inputs[i] = a.ctypes.data
@@ -286,8 +276,21 @@ class CompiledModel:
                     self._arena = aligned_empty((arena_bytes,), np.uint8)
                 status = self._entry(*args, self._arena.ctypes.data, table.ctypes.data)
             if status:
-                raise self._fault(status, sizes if table is not None else {})
+                raise self._fault(status, sizes)
         return self._with_copies(arrays, outputs)
+
+    def _sized(self, arrays: list[np.ndarray]) -> tuple[np.ndarray | None, int, dict[str, int]]:
+        """For a model compiled for all sizes: the dynamic table at the inputs' sizes, the
+        arena bytes it needs and every size's value (None, 0, {} for a static model)."""
+        dynamic = self.manifest.dynamic
+        if dynamic is None:
+            return None, 0, {}
+        named = bind(
+            self.manifest.name,
+            [(s.name, s.shape) for s in self.manifest.inputs],
+            [a.shape for a in arrays],
+        )
+        return dynamic.table(named)
 
     def _fault(self, status: int, sizes: Mapping[str, int]) -> IndexOutOfRangeError:
         """The error of failed check `status - 1`, from the position and value the
@@ -400,21 +403,11 @@ class CompiledModel:
         if self.manifest.checks:  # the calls run unchecked below: one checked run first
             self.run(feeds)
         arrays = self._check(feeds)
-        dynamic = self.manifest.dynamic
-        table: list[int] = []
-        if dynamic is None:
-            outputs = self._new_outputs()
-        else:
-            named = bind(
-                self.manifest.name,
-                [(s.name, s.shape) for s in self.manifest.inputs],
-                [a.shape for a in arrays],
-            )
-            entries, arena_bytes, sizes = dynamic.table(named)
-            table = [int(v) for v in entries]
-            outputs = self._new_outputs(sizes)
-            if self._arena.nbytes < arena_bytes:
-                self._arena = aligned_empty((arena_bytes,), np.uint8)
+        entries, arena_bytes, sizes = self._sized(arrays)
+        table = [] if entries is None else [int(v) for v in entries]
+        outputs = self._new_outputs(sizes if entries is not None else None)
+        if self._arena.nbytes < arena_bytes:
+            self._arena = aligned_empty((arena_bytes,), np.uint8)
         base = self._arena.ctypes.data
         tables = {
             "input": [a.ctypes.data for a in arrays],
