@@ -18,7 +18,6 @@ from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
 from polytile.frontend.symbolic import Dim, bounds_of
 from polytile.frontend.symbolic_isl import to_isl
-from polytile.poly.default.schedule import REPRESENTATIVE_SIZE
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower.base import LowerConfig, identifier
 from polytile.poly.transform.canonical import canonicalize
@@ -67,8 +66,8 @@ def extract_tasks(
     """The model's distinct kernels as `compile` lowers them: with `lowering`, by default
     this machine's (`codegen.configs.lower_config`). A model with symbolic sizes is passed
     as the graph `polytile.compiler.imported` gives, from inside its block: its kernels
-    keep the sizes as parameters, and their FLOPs are counted at `REPRESENTATIVE_SIZE`
-    within the bounds."""
+    keep the sizes as parameters, and their FLOPs are counted at the sizes' lower bounds
+    (the tuner counts them again at the sizes it times)."""
     if lowering is None:
         lowering = lower_config(host())
     graph = model if isinstance(model, Graph) else import_model(model, input_shapes=input_shapes)
@@ -95,8 +94,8 @@ def extract_tasks(
             named = {p for p in kernel.params if p not in mine}
             named.update(n for d in mine.values() for n in d.params)
             bounds = {p: bounds_of(p) for p in sorted(named)}
-            at = {p: min(max(REPRESENTATIVE_SIZE, lo), hi) for p, (lo, hi) in bounds.items()}
-            flops = kernel.at(at | {p: d.evaluate(at) for p, d in mine.items()}).flops()
+            low = {p: lo for p, (lo, _) in bounds.items()}  # counting points enumerates them
+            flops = kernel.at(low | {p: d.evaluate(low) for p, d in mine.items()}).flops()
             task = Task(len(found), key, kernel, 1, flops, group.kind, (), bounds, mine)
             found[key] = task
         else:
