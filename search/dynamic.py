@@ -79,7 +79,8 @@ class TuneSizes:
 
     at: Mapping[str, int]
     measured: tuple[Mapping[str, int], ...]
-    #: the derived sizes of the tasks' kernels (`Task.derived`), computed from the named
+    #: the derived sizes of the tasks' kernels (`Task.derived`): computed from the named
+    #: ones, never sampled
     derived: Mapping[str, Dim] = field(default_factory=dict)
 
     def values(self, named: Mapping[str, int], kernel: Kernel) -> dict[str, int]:
