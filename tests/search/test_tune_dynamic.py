@@ -151,13 +151,16 @@ def test_a_dynamic_tune_is_validated_in_the_model_at_its_sizes(tmp_path: Path) -
     records = RecordFile(path).read()
     timed = [r for r in records if r.timing == "model"]
     assert result.validation is not None and len(result.validation.tasks) == 2
-    assert result.trials == 2  # a neighbour per task, measured as a search trial
-    assert len(records) == 8 + 2 + len(timed)
+    # a neighbour per task measured as a search trial (unless the best's neighbour, which
+    # the timings choose, is a candidate measured already)
+    neighbours = [r for r in records[8:] if r.timing == "kernel"]
+    assert result.trials == len(neighbours) <= 2
+    assert len(records) == 8 + len(neighbours) + len(timed)
+    assert all(r.sizes == SIZES.sizes for r in neighbours)
     for row in result.validation.tasks:  # the best, its neighbour if correct, the default
         mine = [r for r in timed if r.workload == row.workload]
         assert len(mine) == len(row.labels) >= 2 and row.labels[-1] == "default"
         assert all(r.ok and len(r.latencies) == 1 and r.sizes == SIZES.sizes for r in mine)
-    assert all(r.sizes == SIZES.sizes for r in records[8:10])  # the neighbours
 
 
 def _task(bounds: dict[str, tuple[int, int]]) -> Task:
