@@ -2,8 +2,9 @@
 size.
 
 - The sizes (`TuneSizes`, from a `SizesConfig`): the search space samples its decisions
-  on the kernel's static instance at `at` (by default `REPRESENTATIVE_SIZE` each, as
-  the default schedule decides, clipped to the size's bounds), and every candidate is
+  on the kernel's static instance at `at` (by default where `compile` makes its default
+  decisions, `poly.default.representative_sizes`: a batch at 1, the other sizes at
+  `REPRESENTATIVE_SIZE`, within their bounds), and every candidate is
   measured at a few `measured` sizes, the user's or sampled within the bounds (seeded,
   log-uniform in as many bands as sizes: a small, a medium and a large one).
 - A candidate is the instance's trace replayed on the symbolic kernel (in the measuring
@@ -54,7 +55,8 @@ LIMIT, OPEN = 512, 8
 @dataclass(frozen=True)
 class SizesConfig:
     """Where a dynamic task is tuned: `at`, the sizes its search space samples decisions
-    at (each missing size: `REPRESENTATIVE_SIZE` within its bounds); `sizes`, those its
+    at (each missing size where `compile` makes its default decisions, `Task.at`: a
+    model input's leading size 1, others `REPRESENTATIVE_SIZE`); `sizes`, those its
     candidates are timed at (each missing size its lower bound; None: `count` sizes
     sampled within the bounds, none above `limit`, nor above `open` for a size without
     an upper bound, seeded with the tune's seed)."""
@@ -141,6 +143,8 @@ def tune_sizes(tasks: Sequence[Task], config: SizesConfig | None, seed: int) -> 
         return TuneSizes({}, ())
     config = config or SizesConfig()
     at = {p: min(max(REPRESENTATIVE_SIZE, lo), hi) for p, (lo, hi) in bounds.items()}
+    for task in tasks:  # where compile makes its default decisions (batch 1, others 128)
+        at.update((p, v) for p, v in task.at.items() if p in bounds)
     at.update(_checked(config.at or {}, bounds, "at"))
     if config.sizes is not None:
         given = [_checked(s, bounds, "sizes") for s in config.sizes]

@@ -18,6 +18,7 @@ from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
 from polytile.frontend.symbolic import Dim, bounds_of
 from polytile.frontend.symbolic_isl import to_isl
+from polytile.poly.default.schedule import representative_sizes
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower.base import LowerConfig, identifier
 from polytile.poly.transform.canonical import canonicalize
@@ -56,6 +57,9 @@ class Task:
     #: its derived sizes (isl parameters standing for products of named sizes,
     #: `batch__seq`) and what each stands for
     derived: Mapping[str, Dim] = field(default_factory=dict)
+    #: the sizes `compile` makes its default decisions at (`representative_sizes`), of
+    #: its parameters and named sizes
+    at: Mapping[str, int] = field(default_factory=dict)
 
 
 def extract_tasks(
@@ -74,6 +78,7 @@ def extract_tasks(
     graph = optimize(graph)
     found: dict[str, Task] = {}
     lowered: dict[int, tuple[Kernel, Mapping[str, str]]] = {}
+    representative = representative_sizes(graph)
     derived = {  # the products of sizes that kernels take as parameters of their own
         name: size
         for t in graph.types.values()
@@ -96,7 +101,8 @@ def extract_tasks(
             bounds = {p: bounds_of(p) for p in sorted(named)}
             low = {p: lo for p, (lo, _) in bounds.items()}  # counting points enumerates them
             flops = kernel.at(low | {p: d.evaluate(low) for p, d in mine.items()}).flops()
-            task = Task(len(found), key, kernel, 1, flops, group.kind, (), bounds, mine)
+            at = {p: representative[p] for p in (*kernel.params, *bounds) if p in representative}
+            task = Task(len(found), key, kernel, 1, flops, group.kind, (), bounds, mine, at)
             found[key] = task
         else:
             producers = _producers(graph, group, writer, lowered)

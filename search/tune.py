@@ -149,7 +149,7 @@ class Tuner:
             state = TaskState(
                 task,
                 SearchSpace(kernel, config=config, machine=machine),
-                default_schedule(task.kernel, config),
+                default_schedule(task.kernel, config, task.at),  # as compile's
             )
             self.builder.add(task.key, SpaceSpec(kernel, config, machine), state.space)
             self._resume(state, previous.get(task.key, []))

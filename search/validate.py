@@ -283,7 +283,7 @@ def validate(
     of_workload: dict[str, list[Record]] = {}
     for r in every:
         of_workload.setdefault(r.workload, []).append(r)
-    default_of = {t.key: default_schedule(t.kernel, defaults) for t in tasks}
+    default_of = {t.key: default_schedule(t.kernel, defaults, t.at) for t in tasks}
     by_task = {
         t.key: _candidates(of_workload.get(t.key, []), default_of[t.key], config.top) for t in tasks
     }

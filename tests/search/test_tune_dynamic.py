@@ -63,9 +63,9 @@ def _tune(path: Path, trials: int, seed: int = 1) -> None:
          progress=False)  # fmt: skip
 
 
-def _compiled(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pt.CompiledModel, dict]:
-    """The dynamic model compiled with the records, and the schedules `compile` chose,
-    by workload key."""
+def _compiled(path: Path | None, monkeypatch: pytest.MonkeyPatch) -> tuple[pt.CompiledModel, dict]:
+    """The dynamic model compiled with the records (if any), and the schedules `compile`
+    chose, by workload key."""
     chosen: dict[str, list] = {}
     build = polytile.compiler.build
 
@@ -75,7 +75,8 @@ def _compiled(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pt.CompiledM
         return build(graph, schedules, workloads, *a, **k)
 
     monkeypatch.setattr(polytile.compiler, "build", spy)
-    return pt.compile(model(), records=str(path), bounds=BOUNDS), chosen
+    records = str(path) if path is not None else None
+    return pt.compile(model(), records=records, bounds=BOUNDS), chosen
 
 
 def test_a_dynamic_tune_records_symbolic_kernels_that_compile_applies(
@@ -87,6 +88,9 @@ def test_a_dynamic_tune_records_symbolic_kernels_that_compile_applies(
     assert len(records) == 8
     for r in records:  # timed at the given sizes, each kernel at those of its parameters
         assert r.sizes == SIZES.sizes
+    _, plain = _compiled(None, monkeypatch)  # the baseline is compile's default schedule
+    firsts = {r.workload: r for r in reversed(records)}
+    assert {k: [dict(s) for s in r.trace] for k, r in firsts.items()} == plain
     # each task's first verified candidate after its default (measured first) made the
     # fastest, whatever the timings: compile must apply it
     picked = {}
@@ -104,14 +108,18 @@ def test_a_dynamic_tune_records_symbolic_kernels_that_compile_applies(
     with polytile.compiler.imported(model(), bounds=BOUNDS) as graph:
         from polytile.search.tasks import extract_tasks
 
-        symbolic = {t.key: t.kernel for t in extract_tasks(graph)}
+        found = extract_tasks(graph)
+    symbolic = {t.key: t.kernel for t in found}
+    # compile's default decisions are made at a batch of 1, the other sizes at 128 within
+    # their bounds: the tasks' baselines and search spaces there too
+    assert all(t.at == {"batch": 1, "seq": 64} for t in found)
     illegal = [r for r in records if r.error == "illegal"]
     assert illegal, "seed 2 samples a candidate that does not hold for all sizes"
     for r in illegal:
         kernel = symbolic[r.workload]
         with pytest.raises(IllegalSchedule):
             replay(kernel, r.trace)
-        replay(kernel.at({"batch": 128, "seq": 64}), r.trace)
+        replay(kernel.at({"batch": 1, "seq": 64}), r.trace)
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -178,6 +186,8 @@ def test_sampled_sizes_are_seeded_within_bounds_small_to_large() -> None:
     sizes = tune_sizes([task], None, seed=7)
     assert sizes == tune_sizes([task], None, seed=7) != tune_sizes([task], None, seed=8)
     assert sizes.at == {"batch": 128, "seq": 128}
+    batch_of_one = replace(task, at={"batch": 1, "seq": 128})  # where compile decides
+    assert tune_sizes([batch_of_one], None, seed=7).at == {"batch": 1, "seq": 128}
     seqs = [s["seq"] for s in sizes.measured]
     assert len(seqs) == 3 and seqs == sorted(seqs) and seqs[0] >= 1 and seqs[-1] <= 512
     assert seqs[-1] > 64 and seqs[0] <= 8  # a small, a medium and a large one
