@@ -174,9 +174,9 @@ def test_kernels_scheduled_on_forked_workers_match_serial_scheduling(
     serial = pt.compile(model)
     real = compiler.default_schedule
 
-    def warning_default(kernel, config):  # noqa: ANN202
+    def warning_default(kernel, config, sizes=None):  # noqa: ANN202
         warnings.warn(f"scheduled {kernel.name}", UserWarning, stacklevel=1)
-        return real(kernel, config)
+        return real(kernel, config, sizes)
 
     monkeypatch.setattr(compiler, "PARALLEL_SCHEDULE", 1)
     monkeypatch.setattr(compiler, "default_schedule", warning_default)
