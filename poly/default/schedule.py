@@ -155,10 +155,13 @@ def _for_all_sizes(
     try:
         with ih.operation_budget(DEFAULT_OPERATIONS, refusal, DEFAULT_SECONDS, "default schedule"):
             schedule = initial_schedule(kernel)
+            # a statement under each of the instance's parallel loops
+            under = {lp.name: next(iter(lp.exprs)) for lp, _ in instance.loops()}
             parallel = []
             for step in instance.trace:
                 if step.kind == "parallel":
-                    parallel.append(next(iter(instance.loop(step.args["loop"]).exprs)))
+                    if step.args["loop"] in under:
+                        parallel.append(under[step.args["loop"]])
                     continue
                 schedule = attempt(schedule, lambda s, step=step: T.apply_step(s, step))
             smallest = dict.fromkeys(kernel.params, 1)
