@@ -487,6 +487,7 @@ def parallelize_for_all_sizes(
     loops = schedule.loops_of(stmt)
     chain: list[str] = []
     small = typ = 1
+    symbolic_head = False  # the chain starts with the tiles of a symbolic size
     for loop in loops:
         if loop.annotation:
             break
@@ -504,10 +505,14 @@ def parallelize_for_all_sizes(
                 if small >= config.threads:
                     break
                 chain, small, typ = [], 1, 1  # the outer loops stay serial
-            elif small >= config.threads and (
+            elif (small >= config.threads or symbolic_head) and (
                 _tiles(loop) or has_partial_tiles(schedule, loop.name)
             ):
-                break  # as in `parallelize_outer`
+                # as in `parallelize_outer`; behind a symbolic size's tiles, a fused
+                # loop's modulo would keep the last tile's guards in every tile
+                break
+        if not chain:
+            symbolic_head = not bounded and _tiles(loop)
         chain.append(loop.name)
         small *= T.loop_extent(schedule, loop.name, smallest)
         typ *= T.loop_extent(schedule, loop.name, typical)

@@ -21,9 +21,12 @@ from polytile.codegen.jit import optimize
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule, InputError
+from polytile.explain import explain
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
-from polytile.poly.ir.kernel import Kernel
+from polytile.poly.ir.kernel import Kernel, mentions
+from polytile.poly.ir.schedule import initial_schedule
+from polytile.poly.transform import steps as T
 from polytile.poly.transform.contract import private_temporaries
 from polytile.poly.transform.steps import loop_extent, replay
 from polytile.search.space import SearchSpace
@@ -227,3 +230,35 @@ def test_llvm_unrolls_constant_trips_but_not_run_time_ones() -> None:
     assert "xtraiter" in unrolled and ".prol" in unrolled
     optimized = str(optimize(ir_text, host()))
     assert "xtraiter" not in optimized and ".prol" not in optimized
+
+
+def test_parallel_tiles_of_a_symbolic_size_keep_constant_trips() -> None:
+    """Inside a parallel loop over the tiles of a symbolic size, the full tiles are set
+    apart from the last, partial one: their unrolled rows keep a constant trip count (a
+    register tile) instead of a guard that depends on the size."""
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=("m", 16), B=(16, 32))
+    schedule, (i0, i1) = T.split_named(initial_schedule(k), "i", [None, 4])
+    schedule = T.reorder(schedule, i0, "k", i1, "j")
+    schedule = T.vectorize(T.unroll(T.parallel(schedule, i0), i1), "j")
+    text = explain(schedule)
+    assert f"for (int {i1} = 0; ({i1} <= 3); {i1} += 1) {{  // unroll" in text, text
+    native = NativeKernel(schedule)
+    for m in (1, 4, 7, 13):
+        inputs = native.random_inputs(seed=m, sizes={"m": m})
+        np.testing.assert_allclose(
+            native.outputs(inputs)["Y"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5
+        )
+
+
+def test_a_symbolic_size_s_tiles_run_in_parallel_without_a_fused_modulo() -> None:
+    """Rows of a symbolic size in tiles of registers: the parallel loop is the row tiles'
+    alone. Fused with the column tiles, every tile would reach its rows through a modulo
+    and keep the last tile's guard in its unrolled rows (no register tile)."""
+    k = kernel("Y[b, i, j] += A[b, i, k] * B[k, j]", A=("batch", "seq", 64), B=(64, 256))
+    schedule = default_schedule(k, DefaultConfig(threads=2), {"batch": 1, "seq": 128})
+    parallel = [lp for lp, _ in schedule.loops() if lp.annotation == "parallel"]
+    assert parallel
+    for loop in parallel:
+        values = [e.split("->")[-1].split(":")[0] for e in loop.exprs.values()]
+        assert not any(mentions(v, "j") for v in values), loop.exprs
+    assert re.search(r"\((i\w*) <= \d+\); \1 \+= 1\) \{  // unroll", explain(schedule))
