@@ -164,7 +164,7 @@ def _for_all_sizes(
                         parallel.append(under[step.args["loop"]])
                     continue
                 schedule = attempt(schedule, lambda s, step=step: T.apply_step(s, step))
-            smallest = dict.fromkeys(kernel.params, 1)
+            smallest = {p: bounds_of(p)[0] for p in kernel.params}
             for stmt in parallel:
                 if not any(lp.annotation == "parallel" for lp in schedule.loops_of(stmt)):
                     schedule = parallelize_for_all_sizes(schedule, stmt, config, smallest, chosen)
