@@ -18,7 +18,7 @@ import numpy as np
 
 from polytile.errors import InputError, ModelError, PolytileError, ShapeError, UnsupportedOpError
 
-from .cli_args import parse_input_shapes, parse_sizes, run_sizes
+from .cli_args import load_inputs, parse_duration, parse_input_shapes, parse_sizes, run_sizes
 
 if TYPE_CHECKING:
     from polytile.frontend import Graph, Partition
@@ -169,32 +169,6 @@ def verify(path: Path, optimized: Graph, seed: int) -> int:
         return 1
     print("verify: optimized graph matches the original model (onnxruntime)")
     return 0
-
-
-def load_inputs(
-    path: str | None,
-    fill: str,
-    model: CompiledModel,
-    seed: int,
-    sizes: dict[str, int] | None = None,
-) -> dict:
-    """Inputs from an .npz file (keys are input names), or random ones (at `sizes`, for
-    a model compiled for all sizes)."""
-    if path is None:
-        if fill != "random":
-            raise InputError(f"--fill takes 'random', not '{fill}'")
-        return model.random_inputs(seed, sizes)
-    try:
-        with np.load(path) as data:
-            feeds = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as err:
-        raise InputError(f"cannot read inputs from '{path}': {err}") from None
-    # numpy saves ml_dtypes arrays (bfloat16, float8, ...) as raw records of their size
-    for spec in model.manifest.inputs:
-        value, dtype = feeds.get(spec.name), np.dtype(spec.dtype)
-        if value is not None and value.dtype.kind == "V" and value.itemsize == dtype.itemsize:
-            feeds[spec.name] = value.view(dtype)
-    return feeds
 
 
 def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
@@ -448,19 +422,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print_timing("end to end, default schedules", before.benchmark(feeds, repeat=10))
         print_timing("end to end, tuned", after.benchmark(feeds, repeat=10))
     return 0
-
-
-def parse_duration(text: str) -> float:
-    """`90`, `90s`, `30m`, `2h` → seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except (ValueError, IndexError):
-        raise InputError(
-            f"--time-budget takes a duration like 90s, 30m or 2h, not '{text}'"
-        ) from None
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
