@@ -201,32 +201,14 @@ def _checked(
 def _build(task: tuple, target: Target, config: M.MeasureConfig, trace: list) -> tuple:
     """`measure._build` of a symbolic kernel: replayed (each step checked for all sizes),
     compiled once, verified at every measured size."""
-    from polytile.codegen.native import NativeKernel
-    from polytile.errors import IllegalSchedule
-    from polytile.poly.transform.steps import replay
-
-    try:
-        schedule = replay(task[0], trace)
-    except IllegalSchedule as err:
-        return "illegal", str(err), None
-    try:
-        native = NativeKernel(schedule, target)
-    except Exception as err:  # a build failure is a result of the candidate
-        return "build", f"{type(err).__name__}: {err}", None
-    return _verify(native, task, config)
+    return M._build(task, target, config, trace, _verify)
 
 
 def _load(
     task: tuple, target: Target, config: M.MeasureConfig, part: Any, params: tuple, kernel: Kernel
 ) -> tuple:
     """`measure._load` of a symbolic kernel the cluster built."""
-    from polytile.codegen.native import LoadedKernel
-
-    try:
-        native = LoadedKernel(kernel, part, params, target)
-    except Exception as err:  # machine code that does not load is a build failure
-        return "build", f"{type(err).__name__}: {err}", None
-    return _verify(native, task, config)
+    return M._load(task, target, config, part, params, kernel, _verify)
 
 
 def _verify(native: Any, task: tuple, config: M.MeasureConfig) -> tuple:

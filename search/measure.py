@@ -290,9 +290,12 @@ def _time_cold(
     return results
 
 
-def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> tuple:
-    """Replay, build and run a candidate once against the expected outputs: (error,
-    message, (native, buffers) when it is ready to be timed)."""
+def _build(
+    task: tuple, target: Target, config: MeasureConfig, trace: list, verify: Any = None
+) -> tuple:
+    """Replay, build and run a candidate once against the expected outputs (`verify`,
+    `_verify` by default): (error, message, (native, buffers) when it is ready to be
+    timed)."""
     from polytile.codegen.native import NativeKernel
     from polytile.errors import IllegalSchedule
     from polytile.poly.transform.steps import replay
@@ -305,11 +308,17 @@ def _build(task: tuple, target: Target, config: MeasureConfig, trace: list) -> t
         native = NativeKernel(schedule, target)
     except Exception as err:  # a build failure is a result of the candidate
         return "build", f"{type(err).__name__}: {err}", None
-    return _verify(native, task, config)
+    return (verify or _verify)(native, task, config)
 
 
 def _load(
-    task: tuple, target: Target, config: MeasureConfig, part: Any, params: tuple, kernel: Kernel
+    task: tuple,
+    target: Target,
+    config: MeasureConfig,
+    part: Any,
+    params: tuple,
+    kernel: Kernel,
+    verify: Any = None,
 ) -> tuple:
     """Load a candidate the cluster built from `kernel` (the task's, rewritten by its
     trace), then verify it as `_build` does."""
@@ -319,7 +328,7 @@ def _load(
         native = LoadedKernel(kernel, part, params, target)
     except Exception as err:  # machine code that does not load is a build failure
         return "build", f"{type(err).__name__}: {err}", None
-    return _verify(native, task, config)
+    return (verify or _verify)(native, task, config)
 
 
 def _verify(native: Any, task: tuple, config: MeasureConfig, sizes: Any = None) -> tuple:
