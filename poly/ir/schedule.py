@@ -375,7 +375,7 @@ def check_vectorizable(schedule: Schedule, name: str, step: str) -> None:
         shared: list[str] = []
 
         def check(relation: isl.Map) -> None:
-            stmt = schedule.kernel.statement[relation.get_tuple_name(isl.dim_type.in_)]
+            stmt = schedule.kernel.statement[relation.get_tuple_name(_IN)]
             value = ih.parse_map(loop.exprs[stmt.name])
             dims = [d for p, d in enumerate(stmt.dims) if value.involves_dims(_IN, p, 1)]
             if stmt.reduction is None or any(mentions(i, d) for i in stmt.index for d in dims):
