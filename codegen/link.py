@@ -34,7 +34,7 @@ from polytile.frontend.ops.indexing import (
     out_of_range_message,
 )
 from polytile.frontend.symbolic import Dim
-from polytile.frontend.symbolic_isl import to_isl
+from polytile.frontend.symbolic_graph import derived_sizes
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ir.deps import may_share
 from polytile.poly.ir.kernel import Extent, Kernel, Role
@@ -356,12 +356,7 @@ def symbolic_sizes(graph: Graph) -> tuple[tuple[str, ...], dict[str, str]]:
         for d in graph.types[name].shape:
             if isinstance(d, Dim):
                 named.update(dict.fromkeys(sorted(d.params)))
-    derived: dict[str, str] = {}
-    for t in graph.types.values():
-        for d in t.shape:
-            if isinstance(d, Dim):
-                derived.update({k: str(v) for k, v in to_isl([d]).derived.items()})
-    return tuple(named), derived
+    return tuple(named), {k: str(v) for k, v in derived_sizes(graph).items()}
 
 
 class _Places:

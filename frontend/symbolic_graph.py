@@ -23,6 +23,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .graph import Graph, Node, TensorType
+from .symbolic import Dim
+from .symbolic_isl import to_isl
 
 #: (op, input position) of operands whose value only gives the output type's sizes
 SHAPE_OPERANDS = frozenset(
@@ -62,6 +64,18 @@ def compute_graph(graph: Graph, values: Mapping[str, np.ndarray]) -> Graph:
         constants[name] = value
         types[name] = TensorType(value.shape, str(value.dtype))
     return graph.replace(nodes=tuple(nodes), constants=constants, types=types)
+
+
+def derived_sizes(graph: Graph) -> dict[str, Dim]:
+    """The derived isl parameters its tensors' shapes use (products of sizes, such as
+    `batch__seq`), each with the size it stands for."""
+    return {
+        name: size
+        for t in graph.types.values()
+        for d in t.shape
+        if isinstance(d, Dim)
+        for name, size in to_isl([d]).derived.items()
+    }
 
 
 def _unbounded_ends(graph: Graph, node: Node, axes: int) -> np.ndarray:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import random
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -237,36 +236,12 @@ def _time_built(built: tuple, config: M.MeasureConfig, ready: Sequence = ()) -> 
     return None, "", tuple(float(x) for x in np.exp(np.log(per_size).mean(axis=0)))
 
 
-def _worker(conn: Connection) -> None:
-    """`measure._worker`, a symbolic kernel's candidates measured by the functions above
-    (a static kernel's as there)."""
-    _, target, config = conn.recv()
-    task: tuple = (None, None, None, ())
-    ready: tuple = ()
-    held: dict[int, tuple] = {}
-    while True:
-        try:
-            kind, *args = conn.recv()
-        except EOFError:
-            return
-        if kind == "stop":
-            return
-        if kind == "task":
-            task, held = tuple(args), {}
-            ready, message = M._ready(task[3], target, config)
-            conn.send(("ok", message))
-            continue
-        dynamic = bool(task[0].params)
-        start = time.time()
-        if kind == "build":
-            build = _build if dynamic else M._build
-            answer = M._keep(held, args[0], build(task, target, config, args[1]))
-        elif kind == "load":
-            load = _load if dynamic else M._load
-            answer = M._keep(held, args[0], load(task, target, config, *args[1:]))
-        else:
-            answer = (_time_built if dynamic else M._time_built)(held.pop(args[0]), config, ready)
-        conn.send((*answer, (start, time.time())))
+def _functions(task: tuple) -> tuple:
+    """`measure._worker`'s build, load and time functions for the task: those above for
+    a symbolic kernel, measure's own for a static one."""
+    if task[0] is not None and task[0].params:
+        return _build, _load, _time_built
+    return M._build, M._load, M._time_built
 
 
 # --- the tuner's side --------------------------------------------------------------------
@@ -293,4 +268,4 @@ class DynamicMeasurer(M.Measurer):
 
 
 if __name__ == "__main__":
-    _worker(Connection(int(sys.argv[1])))
+    M._worker(Connection(int(sys.argv[1])), _functions)

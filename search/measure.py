@@ -293,9 +293,8 @@ def _time_cold(
 def _build(
     task: tuple, target: Target, config: MeasureConfig, trace: list, verify: Any = None
 ) -> tuple:
-    """Replay, build and run a candidate once against the expected outputs (`verify`,
-    `_verify` by default): (error, message, (native, buffers) when it is ready to be
-    timed)."""
+    """Replay, build and run a candidate once against the outputs expected (`verify`):
+    (error, message, (native, buffers) when it is ready to be timed)."""
     from polytile.codegen.native import NativeKernel
     from polytile.errors import IllegalSchedule
     from polytile.poly.transform.steps import replay
@@ -385,12 +384,12 @@ def _time_built(
         return "runtime", traceback.format_exc(limit=3), ()
 
 
-def _worker(conn: Connection) -> None:
+def _worker(conn: Connection, choose: Callable[[tuple], tuple] | None = None) -> None:
     """Serve: ('init', target, config) first; ('task', kernel, inputs, expected,
     preludes) sets the task (answer ('ok', message)); ('build', job, trace) builds and
     keeps a candidate, ('load', job, part, params) loads one built on the cluster and
     keeps it, ('time', job) times and drops it, each answering (error, message,
-    latencies, (start, end))."""
+    latencies, (start, end)); `choose(task)`: the build, load and time functions."""
     _, target, config = conn.recv()
     task: tuple = (None, None, None, ())
     ready: tuple = ()
@@ -408,12 +407,13 @@ def _worker(conn: Connection) -> None:
             conn.send(("ok", message))
             continue
         start = time.time()
+        build, load, time_built = choose(task) if choose else (_build, _load, _time_built)
         if kind == "build":
-            answer = _keep(held, args[0], _build(task, target, config, args[1]))
+            answer = _keep(held, args[0], build(task, target, config, args[1]))
         elif kind == "load":
-            answer = _keep(held, args[0], _load(task, target, config, *args[1:]))
+            answer = _keep(held, args[0], load(task, target, config, *args[1:]))
         else:
-            answer = _time_built(held.pop(args[0]), config, ready)
+            answer = time_built(held.pop(args[0]), config, ready)
         conn.send((*answer, (start, time.time())))
 
 

@@ -17,7 +17,7 @@ from polytile.frontend import Graph, import_model, optimize, partition
 from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
 from polytile.frontend.symbolic import Dim, bounds_of
-from polytile.frontend.symbolic_isl import to_isl
+from polytile.frontend.symbolic_graph import derived_sizes
 from polytile.poly.default.schedule import representative_sizes
 from polytile.poly.ir.kernel import Kernel, Role
 from polytile.poly.lower.base import LowerConfig, identifier
@@ -79,13 +79,7 @@ def extract_tasks(
     found: dict[str, Task] = {}
     lowered: dict[int, tuple[Kernel, Mapping[str, str]]] = {}
     representative = representative_sizes(graph)
-    derived = {  # the products of sizes that kernels take as parameters of their own
-        name: size
-        for t in graph.types.values()
-        for d in t.shape
-        if isinstance(d, Dim)
-        for name, size in to_isl([d]).derived.items()
-    }
+    derived = derived_sizes(graph)  # products of sizes that kernels take as parameters
     groups = partition(graph).groups
     writer = {t: g.index for g in groups for t in g.outputs}
     for group in groups:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from polytile.errors import BudgetExceeded
 from polytile.frontend.graph import Graph
 from polytile.frontend.symbolic import Dim, bounds_of
-from polytile.frontend.symbolic_isl import to_isl
+from polytile.frontend.symbolic_graph import derived_sizes
 from polytile.poly.default.decide import default_decisions
 from polytile.poly.default.rules import (
     cache_rows,
@@ -106,10 +106,7 @@ def representative_sizes(graph: Graph) -> dict[str, int]:
             for p in sorted(d.params - set(sizes)):
                 lo, hi = bounds_of(p)
                 sizes[p] = min(max(1 if p in leading else REPRESENTATIVE_SIZE, lo), hi)
-    for t in graph.types.values():
-        for d in t.shape:
-            if isinstance(d, Dim):
-                sizes.update({k: v.evaluate(sizes) for k, v in to_isl([d]).derived.items()})
+    sizes.update({k: v.evaluate(sizes) for k, v in derived_sizes(graph).items()})
     return sizes
 
 
