@@ -59,13 +59,16 @@ class DynamicPlan:
     #: per index tensor the entry checks, its shape and the sizes its values index:
     #: its element count and those sizes end the table (`module.IndexCheck`)
     counted: tuple[tuple[tuple[Extent, ...], tuple[Extent, ...]], ...] = ()
+    #: named size → (lowest, highest) the model was compiled for, where given; an
+    #: exported library's planner refuses others (`codegen.dynamic_plan`)
+    bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: named sizes → (table, arena bytes) worked out already
     _tables: dict[tuple[int, ...], tuple[np.ndarray, int, dict[str, int]]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     def __post_init__(self) -> None:
-        for name in ("derived", "shared"):
+        for name in ("derived", "shared", "bounds"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @property
@@ -110,6 +113,7 @@ class DynamicPlan:
             "arena": [[t.name, t.itemsize, list(t.shape), t.first, t.last] for t in self.arena],
             "shared": dict(self.shared),
             "counted": [[list(shape), list(bounds)] for shape, bounds in self.counted],
+            **({"bounds": {n: list(b) for n, b in self.bounds.items()}} if self.bounds else {}),
         }
 
     @staticmethod
@@ -129,6 +133,7 @@ class DynamicPlan:
         return DynamicPlan(
             tuple(data["named"]), dict(data["derived"]), arena, dict(data.get("shared", {})),
             counted,
+            {str(n): (int(lo), int(hi)) for n, (lo, hi) in data.get("bounds", {}).items()},
         )  # fmt: skip
 
 

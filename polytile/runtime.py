@@ -31,10 +31,13 @@ from typing import Any
 import numpy as np
 
 from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
+from polytile.codegen.dynamic_plan import plan_module
 from polytile.codegen.jit import (
     JitModule,
     Part,
     check_runnable,
+    compile_part,
+    finalize,
     link_shared,
     linker,
     recompile_part,
@@ -467,23 +470,34 @@ class CompiledModel:
         `polytile_num_threads`; its constants are saved next to it as
         `<path>.npz` and the manifest (arena size, inputs, outputs) as `<path>.json`.
         Any alignment of the buffers works; 64-byte aligned ones run fastest (as
-        `run` passes them). Needs a system linker, and a model compiled for given sizes
-        (one compiled for all sizes needs its memory planned per call, which only `run`
-        does)."""
-        if self.manifest.dynamic is not None:
-            raise CodegenError(
-                f"model '{self.manifest.name}' is compiled for all sizes; export_library "
-                "needs one compiled for given sizes (compile with input_shapes and "
-                "dynamic=False), or use save()"
-            )
+        `run` passes them). Needs a system linker.
+
+        A model compiled for all sizes plans its memory per call, in the library too:
+        `int64_t polytile_plan(const int64_t *sizes, int64_t *table)` takes the named
+        sizes in the order of the manifest's "dynamic"/"named", fills `table` (the
+        `int64_t polytile_table_length` entries the run reads: the sizes, derived ones,
+        each arena tensor's offset, the index checks' counts and bounds) and returns the
+        arena bytes it needs; or -1 - i when size i is below 1 or outside the bounds the
+        model was compiled for, -1 - (number of sizes, the global `polytile_num_sizes`)
+        when a byte count overflows. `int32_t polytile_input_shape(int32_t index, const
+        int64_t *table, int64_t *dims)` and `polytile_output_shape` (same arguments) put a
+        tensor's shape at those sizes in `dims` and return its rank (-1: no such
+        tensor). `polytile_run` then takes the table as a fifth argument. The library's
+        placement is fixed for all sizes (`codegen.dynamic_plan`), so its arena may be
+        larger than the one `run` plans at the same sizes."""
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "
                 "use save() for a portable artifact instead"
             )
         out = Path(path)
-        pic = [recompile_part(p.bitcode, self.target, pic=True) for p in self._parts]
-        link_shared([p.obj for p in pic], str(out))
+        objects = [recompile_part(p.bitcode, self.target, pic=True).obj for p in self._parts]
+        dynamic = self.manifest.dynamic
+        if dynamic is not None:
+            inputs = [s.shape for s in self.manifest.inputs]
+            module = plan_module(dynamic, inputs, [s.shape for s in self.manifest.outputs])
+            objects.append(compile_part(finalize(module, self.target), self.target, True).obj)
+        link_shared(objects, str(out))
         np.savez(f"{out}.npz", *self.constants)
         Path(f"{out}.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
         return out
