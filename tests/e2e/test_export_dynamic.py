@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
+from polytile.codegen.c_header import c_header
 from polytile.codegen.dynamic import DynamicPlan
 from polytile.codegen.dynamic_plan import placement, plan_module
 from polytile.codegen.jit import compile_part, finalize, link_shared, linker
@@ -70,6 +72,7 @@ class Library:
     """An exported library opened with ctypes, and its manifest and constants."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.lib = lib = ctypes.CDLL(str(path))
         lib.polytile_plan.restype = ctypes.c_int64
         lib.polytile_plan.argtypes = [P, P]
@@ -193,6 +196,111 @@ def test_planned_tensors_stay_apart_while_live(exported, seq: int) -> None:
             for step in steps
         ]  # fmt: skip
         assert max(live) <= arena_bytes <= sum(aligned.values())
+
+
+#: a C program using the library through its header alone: it reads its buffers (each
+#: input, then each constant) from a file of int64 counts and raw bytes, plans at the
+#: sizes of its arguments, runs in an arena of exactly the planned bytes and writes the
+#: float32 outputs' ranks, dimensions and values
+DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "block.so.h"
+
+static void *read_block(FILE *f) {
+    int64_t n;
+    if (fread(&n, 8, 1, f) != 1) exit(3);
+    void *p = aligned_alloc(64, (size_t)((n + 63) / 64 * 64 + 64));
+    if (fread(p, 1, (size_t)n, f) != (size_t)n) exit(3);
+    return p;
+}
+
+int main(int argc, char **argv) {
+    void *inputs[POLYTILE_NUM_INPUTS], *outputs[POLYTILE_NUM_OUTPUTS];
+    void *constants[POLYTILE_NUM_CONSTANTS];
+    FILE *f = fopen(argv[1], "rb");
+    for (int i = 0; i < POLYTILE_NUM_INPUTS; i++) inputs[i] = read_block(f);
+    for (int i = 0; i < POLYTILE_NUM_CONSTANTS; i++) constants[i] = read_block(f);
+    int64_t sizes[16], dims[8];
+    for (int i = 0; i < polytile_num_sizes; i++) sizes[i] = atoll(argv[2 + i]);
+    int64_t *table = malloc(sizeof(int64_t) * polytile_table_length);
+    int64_t arena_bytes = polytile_plan(sizes, table);
+    if (arena_bytes < 0) return 4;
+    void *arena = malloc((size_t)arena_bytes);
+    for (int o = 0; o < POLYTILE_NUM_OUTPUTS; o++) {
+        int32_t rank = polytile_output_shape(o, table, dims);
+        int64_t count = 1;
+        for (int d = 0; d < rank; d++) count *= dims[d];
+        outputs[o] = malloc(sizeof(float) * count);
+    }
+    if (polytile_run(inputs, outputs, constants, arena, table) != 0) return 5;
+    for (int o = 0; o < POLYTILE_NUM_OUTPUTS; o++) {
+        int32_t rank = polytile_output_shape(o, table, dims);
+        int64_t count = 1;
+        fwrite(&rank, 4, 1, stdout);
+        for (int d = 0; d < rank; d++) count *= dims[d];
+        fwrite(dims, 8, (size_t)rank, stdout);
+        fwrite(outputs[o], sizeof(float), (size_t)count, stdout);
+    }
+    return 0;
+}
+"""
+
+
+def test_a_c_program_runs_the_library_through_its_header(exported) -> None:
+    compiled, lib = exported
+    folder = lib.path.parent
+    (folder / "driver.c").write_text(DRIVER)
+    cc = linker()
+    built = subprocess.run(
+        [cc, "-std=c11", "-Wall", "-Werror", "-o", str(folder / "driver"), str(folder / "driver.c"),
+         str(lib.path), f"-Wl,-rpath,{folder}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    batch, seq, k = 2, 5, 3
+    rng = np.random.default_rng(11)
+    feeds = {
+        "x": rng.standard_normal((batch, seq, 8)).astype(np.float32),
+        "ids": rng.integers(-seq, seq, k).astype(np.int64),
+    }
+    with open(folder / "data.bin", "wb") as f:
+        for a in [*feeds.values(), *lib.constants]:
+            f.write(np.int64(a.nbytes).tobytes() + a.tobytes())
+    ran = subprocess.run(
+        [str(folder / "driver"), str(folder / "data.bin"), *map(str, (batch, seq, k))],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    out, at = ran.stdout, 0
+    for want in compiled.run(feeds):
+        rank = int(np.frombuffer(out, np.int32, 1, at)[0])
+        shape = tuple(np.frombuffer(out, np.int64, rank, at + 4).tolist())
+        at += 4 + 8 * rank
+        got = np.frombuffer(out, np.float32, int(np.prod(shape)), at).reshape(shape)
+        at += got.nbytes
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert at == len(out)
+
+
+@pytest.mark.parametrize("checks", [None, 0, 2])
+def test_a_static_librarys_header_compiles(tmp_path: Path, checks: int | None) -> None:
+    """The header of a model compiled for given sizes (with index checks, none, or from
+    before they existed) declares what a C caller uses, and C compiles against it."""
+    specs = [("x", "float32", (1, 8))], [("y-out", "int64", (3,))]
+    header = c_header("two-step", "polytile_run", *specs, 2, 4096, checks, None)
+    (tmp_path / "m.h").write_text(header)
+    use = "polytile_num_threads = 2; return POLYTILE_ARENA_BYTES + POLYTILE_NUM_CONSTANTS;"
+    if checks:
+        use += " (void)polytile_fault_value;"
+    source = f'#include "m.h"\nint main(void) {{ (void)polytile_run; {use} }}\n'
+    (tmp_path / "m.c").write_text(source)
+    cc = [linker(), "-std=c11", "-Wall", "-Werror", "-fsyntax-only", str(tmp_path / "m.c")]
+    done = subprocess.run(cc, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("void polytile_run(" in header) == (checks is None)
+    assert ("polytile_fault_value" in header) == bool(checks)
+    assert "polytile_plan" not in header and " 0: y-out int64 [3]" in header
 
 
 def test_bad_sizes_are_refused(exported) -> None:
