@@ -104,24 +104,17 @@ def placement(plan: DynamicPlan) -> Placement:
     """The placing order for every size: of the greedy plans' orders (by offset) at a few
     sample sizes within the bounds, the one whose arena is closest to the greedy plan's
     at all of them."""
-    owner, life = _groups(plan)
-    samples = []
+    _, life = _groups(plan)
+    samples: list[tuple[dict[str, int], int]] = []
+    candidates: list[tuple[str, ...]] = []
     for value in SAMPLE_SIZES:
         named = {n: min(max(value, lo), hi) for n, (lo, hi) in bounds(plan).items()}
-        values = plan.values(named)
-        nbytes = _owner_bytes(plan, values)
-        lifetimes = {n: Lifetime(nbytes[n], *life[n]) for n in nbytes}
-        greedy = plan_memory(lifetimes)
+        nbytes = _owner_bytes(plan, plan.values(named))
+        greedy = plan_memory({n: Lifetime(nbytes[n], *life[n]) for n in nbytes})
         samples.append((nbytes, max(greedy.arena_bytes, 1)))
-    candidates: list[tuple[str, ...]] = []
-    for nbytes, _ in samples:
-        lifetimes = {n: Lifetime(nbytes[n], *life[n]) for n in nbytes}
-        offsets = plan_memory(lifetimes).offsets
-        order = tuple(sorted(nbytes, key=lambda n: (offsets[n], life[n], n)))
+        order = tuple(sorted(nbytes, key=lambda n: (greedy.offsets[n], life[n], n)))
         if order not in candidates:
             candidates.append(order)
-    if not candidates:
-        return Placement((), {}, owner)
 
     def cost(order: tuple[str, ...]) -> float:
         fixed = _placement(plan, order)
