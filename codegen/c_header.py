@@ -1,6 +1,7 @@
 """The C header of an exported library (`CompiledModel.export_library`): the functions and
-globals it exports, with the model's inputs, outputs and sizes written out, so a C
-caller needs neither Python nor the manifest to call it right."""
+globals it exports, with the model's inputs, outputs and sizes written out, and where
+each constant lies in the raw constants file next to it, so a C caller needs neither
+Python nor the manifest to call it right."""
 
 from __future__ import annotations
 
@@ -16,6 +17,20 @@ from .module import FAULT
 TensorSpec = tuple[str, str, tuple[int | str, ...]]
 
 
+#: each constant in the raw constants file starts at a multiple of this (its buffers
+#: may then be used in place, aligned as the compiled code prefers)
+CONSTANT_ALIGN = 64
+
+
+def constant_offsets(nbytes: Sequence[int]) -> tuple[list[int], int]:
+    """Where constants of these byte counts start in the raw constants file, and its size."""
+    offsets, at = [], 0
+    for n in nbytes:
+        offsets.append(at)
+        at += -(-max(n, 1) // CONSTANT_ALIGN) * CONSTANT_ALIGN
+    return offsets, at
+
+
 def _listed(kind: str, specs: Sequence[TensorSpec]) -> list[str]:
     lines = [f" * {kind}:"]
     for i, (name, dtype, shape) in enumerate(specs):
@@ -28,19 +43,22 @@ def c_header(
     entry: str,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
-    constants: int,
+    constants: Sequence[int],
     arena_bytes: int,
     checks: int | None,
     plan: DynamicPlan | None,
 ) -> str:
-    """The header text of a library whose entry function is `entry`, making `checks`
-    index checks (None: a model saved before they existed, whose entry returns nothing)."""
+    """The header text of a library whose entry function is `entry`, with constants of
+    these byte counts, making `checks` index checks (None: a model saved before they
+    existed, whose entry returns nothing)."""
     guard = "POLYTILE_" + re.sub(r"\W", "_", name).upper() + "_H"
     comment = [f"/* The polytile model '{name}' as a C library.", " *"]
     comment += _listed("inputs", inputs) + _listed("outputs", outputs)
     comment += [
-        " * Pointer arrays hold one buffer per input, output and constant (the constants in",
-        " * the order of <library>.npz); any alignment works, 64 bytes runs fastest.",
+        " * Pointer arrays hold one buffer per input, output and constant; any alignment",
+        " * works, 64 bytes runs fastest. The constants are the file <library>.bin (read",
+        f" * into a {CONSTANT_ALIGN}-byte aligned buffer), constant i at",
+        " * polytile_constant_offsets[i] (and, as numpy arrays, in <library>.npz).",
         " */",
     ]
     lines = [*comment, f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", ""]
@@ -48,7 +66,13 @@ def c_header(
     lines += [
         f"#define POLYTILE_NUM_INPUTS {len(inputs)}",
         f"#define POLYTILE_NUM_OUTPUTS {len(outputs)}",
-        f"#define POLYTILE_NUM_CONSTANTS {constants}",
+        f"#define POLYTILE_NUM_CONSTANTS {len(constants)}",
+    ]
+    offsets, total = constant_offsets(constants)
+    listed = ", ".join(map(str, offsets or [0]))
+    lines += [
+        f"#define POLYTILE_CONSTANTS_BYTES {total}",
+        f"static const int64_t polytile_constant_offsets[{max(len(offsets), 1)}] = {{{listed}}};",
     ]
     table = ""
     if plan is None:

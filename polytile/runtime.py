@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from polytile.codegen.c_header import c_header
+from polytile.codegen.c_header import c_header, constant_offsets
 from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
 from polytile.codegen.dynamic_plan import plan_module
 from polytile.codegen.jit import (
@@ -469,8 +469,9 @@ class CompiledModel:
         manifest's "checks", whose position and value it leaves in the `int64_t`
         globals `polytile_fault_position` and `polytile_fault_value`) and
         `polytile_num_threads`; its constants are saved next to it as
-        `<path>.npz`, the manifest (arena size, inputs, outputs) as `<path>.json` and a
-        C header declaring it all as `<path>.h`.
+        `<path>.npz` and as raw bytes in `<path>.bin`, the manifest (arena size, inputs,
+        outputs) as `<path>.json` and a C header declaring it all (with each constant's
+        offset in the `.bin`) as `<path>.h`.
         Any alignment of the buffers works; 64-byte aligned ones run fastest (as
         `run` passes them). Needs a system linker.
 
@@ -502,11 +503,16 @@ class CompiledModel:
         link_shared(objects, str(out))
         np.savez(f"{out}.npz", *self.constants)
         Path(f"{out}.json").write_text(json.dumps(self.manifest.to_json(), indent=1))
+        nbytes = [c.nbytes for c in self.constants]
+        offsets, total = constant_offsets(nbytes)
+        raw = bytearray(total)
+        for c, at in zip(self.constants, offsets, strict=True):
+            raw[at : at + c.nbytes] = c.tobytes()
+        Path(f"{out}.bin").write_bytes(raw)
         m = self.manifest
         specs = [[(s.name, s.dtype, s.shape) for s in io] for io in (m.inputs, m.outputs)]
         checks = None if m.checks is None else len(m.checks)
-        header = c_header(m.name, m.entry, *specs, len(self.constants), m.arena_bytes, checks,
-                          dynamic)  # fmt: skip
+        header = c_header(m.name, m.entry, *specs, nbytes, m.arena_bytes, checks, dynamic)
         Path(f"{out}.h").write_text(header)
         return out
 
