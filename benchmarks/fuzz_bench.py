@@ -10,11 +10,14 @@ kernel's seeded random inputs. The reference is the kernel run in program order 
 oracle (`poly.oracle.reference`) when it has at most `ORACLE_INSTANCES` statement
 instances, else the kernel's initial (untransformed) schedule run natively.
 
-Outcomes: `ok`; `refused` (the build raised `IllegalSchedule` / `BudgetExceeded`: a legal
-refusal, as the search records it); `miscompile` (outputs differ beyond the tolerance);
-`crash` (any other exception, a trace whose replay differs from the built schedule, a
-worker that died or hung). Every miscompile and crash is kept with its model, workload
-key, decisions and trace in the json; `--replay FILE` checks them again.
+Outcomes: `ok`; `refused` (the build raised `IllegalSchedule`: a legal refusal, as the
+search records it); `budget` (the build went over its isl operations or seconds, as the
+tuner's `budget` records: `BudgetExceeded`, or a build still running after
+`--build-seconds`, whose worker is killed); `miscompile` (outputs differ beyond the
+tolerance); `crash` (any other exception, a trace whose replay differs from the built
+schedule, a worker that died or hung after its build). Every miscompile, crash and build
+over budget is kept with its model, workload key, decisions and trace in the json;
+`--replay FILE` checks the failures again (under the same limits).
 
 Tolerance (`compare`): schedules reassociate float sums (tiles, vectors, rfactor), so an
 output may differ from the reference by rounding, growing with the reduction's length
@@ -24,8 +27,9 @@ the dtype's epsilon relative to float32's; NaN and infinities must match exactly
 integer and boolean outputs. The json records the worst error seen as a fraction of its
 allowance (`worst_ok`), which shows the margin.
 
-Samples run in worker processes (forked after the kernels are lowered), each sample
-under a time limit: a crash in native code or a hang costs a worker, not the campaign.
+Samples run in worker processes (forked after the kernels are lowered: `search.watchdog`),
+each sample and each build under a time limit: a crash in native code or a hang costs a
+worker, not the campaign.
 
 A campaign runs in shards: each finished sample is one line of a journal
 (fuzz-CPU.jsonl, see `read_journal`); `--resume` skips the journaled samples, and the
@@ -45,15 +49,13 @@ import argparse
 import contextlib
 import json
 import math
-import multiprocessing
 import random
 import signal
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Connection, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +64,13 @@ import numpy as np
 from polytile.codegen.configs import default_config
 from polytile.codegen.native import NativeKernel, random_inputs
 from polytile.codegen.target import Target, host, machine_choices
-from polytile.errors import IllegalSchedule, InputError
+from polytile.errors import BudgetExceeded, IllegalSchedule, InputError
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.oracle.reference import run_program_order
 from polytile.poly.transform.steps import replay
 from polytile.search.space import Decisions, SearchSpace
+from polytile.search.watchdog import BUILD_SECONDS, Building, Pool, nothing
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: float32 tolerance of an element, relative to itself and to its tensor's largest value
@@ -79,10 +82,6 @@ ORACLE_INSTANCES = 20_000
 MAX_ELEMENTS = 1 << 20
 #: mutations applied after a sample: 0 .. MUTATIONS - 1
 MUTATIONS = 4
-#: seconds a worker may spend on one sample (builds have their own 60 s budget)
-SAMPLE_SECONDS = 300.0
-#: samples a worker runs before it is replaced (bounds what leaks per JIT module)
-RECYCLE = 400
 
 
 def default_models() -> list[str]:
@@ -161,7 +160,7 @@ def compare(got: np.ndarray, want: np.ndarray) -> float:
 
 @dataclass
 class Outcome:
-    """What one sample did: `status` is ok / refused / miscompile / crash."""
+    """What one sample did: `status` is ok / refused / budget / miscompile / crash."""
 
     status: str
     message: str = ""
@@ -220,14 +219,21 @@ class Checker:
         outcome.trace = list(trace)
         return outcome
 
-    def check(self, decisions: Decisions) -> Outcome:
-        """Build the candidate of these decisions, replay its JSON trace (what the tuner
+    def check(self, decisions: Decisions, building: Building = nothing) -> Outcome:
+        """Build the candidate of these decisions (told to `building` as the build starts,
+        and None as it ends: the pool's watchdog), replay its JSON trace (what the tuner
         measures), run it and compare; any exception but a refusal is a crash."""
         trace: list[dict[str, Any]] = []
         try:
             try:
-                candidate = self.space.build(decisions)
-            except IllegalSchedule as err:  # BudgetExceeded too: a legal refusal
+                building(dict(decisions))
+                try:
+                    candidate = self.space.build(decisions)
+                finally:
+                    building(None)
+            except BudgetExceeded as err:  # too costly to build, as the tuner records it
+                outcome = Outcome("budget", f"{type(err).__name__}: {err}"[:2000])
+            except IllegalSchedule as err:  # a legal refusal
                 outcome = Outcome("refused", f"{type(err).__name__}: {err}"[:2000])
             else:
                 trace = candidate.trace
@@ -267,7 +273,7 @@ class Sampler:
     def kernel_of(self, index: int) -> int:
         return sample_rng(self.seed, index).randrange(len(self.kernels))
 
-    def run(self, index: int) -> tuple[int, Outcome]:
+    def run(self, index: int, building: Building = nothing) -> tuple[int, Outcome]:
         rng = sample_rng(self.seed, index)
         k = rng.randrange(len(self.kernels))
         try:
@@ -276,103 +282,7 @@ class Sampler:
             checker = self.checkers[k]
         except Exception as err:  # the reference itself failed: a bug
             return k, Outcome("crash", f"reference: {type(err).__name__}: {err}")
-        return k, checker.check(sample_decisions(checker.space, rng))
-
-
-# --- worker processes ---------------------------------------------------------------------
-
-
-def _worker(sampler: Sampler, conn: Connection, recycle: int) -> None:
-    # the campaign's process decides when to stop; a Ctrl-C to the group must not kill a
-    # worker mid-sample before the parent has written its journal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for _ in range(recycle):
-        index = conn.recv()
-        if index is None:
-            break
-        k, outcome = sampler.run(index)
-        conn.send((index, k, asdict(outcome)))
-    conn.close()
-
-
-class Pool:
-    """Worker processes forked from this one (they share its lowered kernels); a worker
-    that dies or overruns `SAMPLE_SECONDS` is killed and replaced, its sample a crash."""
-
-    def __init__(self, sampler: Sampler, jobs: int, timeout: float = SAMPLE_SECONDS) -> None:
-        self.sampler = sampler
-        self.jobs = jobs
-        self.timeout = timeout
-        self.context = multiprocessing.get_context("fork")
-        self.workers: dict[Connection, Any] = {}
-        self.busy: dict[Connection, tuple[int, float, int]] = {}
-
-    def _start(self) -> Connection:
-        parent, child = self.context.Pipe()
-        proc = self.context.Process(
-            target=_worker, args=(self.sampler, child, RECYCLE), daemon=True
-        )
-        proc.start()
-        child.close()
-        self.workers[parent] = [proc, 0]
-        return parent
-
-    def _stop(self, conn: Connection, kill: bool) -> None:
-        proc, _ = self.workers.pop(conn)
-        if kill:
-            proc.kill()
-        proc.join(5)
-        conn.close()
-
-    def run(
-        self, indices: Sequence[int], deadline: float, stop: Callable[[], bool] = lambda: False
-    ) -> Any:
-        """Yields (index, kernel, outcome dict) as samples finish; stops handing out
-        samples after `deadline` (time.monotonic()), and returns at once, abandoning the
-        samples under way, when `stop()` says so."""
-        todo = list(reversed(indices))
-        while (todo or self.busy) and not stop():
-            while todo and time.monotonic() < deadline and len(self.busy) < self.jobs:
-                idle = [c for c in self.workers if c not in self.busy]
-                conn = idle[0] if idle else self._start()
-                if self.workers[conn][1] >= RECYCLE:
-                    self._stop(conn, kill=False)
-                    conn = self._start()
-                index = todo.pop()
-                conn.send(index)
-                self.workers[conn][1] += 1
-                self.busy[conn] = (index, time.monotonic(), self.sampler.kernel_of(index))
-            if time.monotonic() >= deadline:
-                todo.clear()
-            if not self.busy:
-                break
-            for conn in wait(list(self.busy), timeout=1.0):
-                index, _, k = self.busy.pop(conn)
-                try:
-                    yield conn.recv()
-                except (EOFError, OSError):
-                    code = self.workers[conn][0].exitcode
-                    self._stop(conn, kill=True)
-                    yield index, k, asdict(Outcome("crash", f"the worker died (exit {code})"))
-                if stop():
-                    return
-            now = time.monotonic()
-            for conn, (index, start, k) in list(self.busy.items()):
-                if now - start > self.timeout:
-                    del self.busy[conn]
-                    self._stop(conn, kill=True)
-                    message = f"no result within {self.timeout:.0f} s (killed)"
-                    yield index, k, asdict(Outcome("crash", message))
-
-    def close(self) -> None:
-        """Stops the workers; busy ones are killed (their samples stay unjournaled)."""
-        for conn in list(self.workers):
-            busy = self.busy.pop(conn, None) is not None
-            if not busy:
-                with contextlib.suppress(OSError):
-                    conn.send(None)
-            self._stop(conn, kill=busy)
+        return k, checker.check(sample_decisions(checker.space, rng), building)
 
 
 # --- the journal: line 1 the settings, then a line per run ({"run": r, ...}: date, commit,
@@ -380,14 +290,19 @@ class Pool:
 # and, when a run stops cleanly, {"run_end": r, "seconds": s}. A run killed mid-write
 # leaves a last line without its newline: reading ignores it, resuming cuts it off.
 
-#: the journal's format; a journal of another version is not resumed
-JOURNAL_VERSION = 1
+#: the journal's format; a journal of another version is not resumed (2: builds over
+#: budget are `budget`, no longer `refused`, under a time limit `build_seconds`)
+JOURNAL_VERSION = 2
 #: characters of a refusal's message the journal keeps (the summary does not list them)
 REFUSAL_CHARS = 300
 
 
 def journal_settings(
-    kernels: Sequence[FuzzKernel], models: Sequence[str], max_elements: int, seed: int
+    kernels: Sequence[FuzzKernel],
+    models: Sequence[str],
+    max_elements: int,
+    seed: int,
+    build_seconds: float = BUILD_SECONDS,
 ) -> dict[str, Any]:
     """What a journal's samples depend on: resuming with any other settings (or kernels
     lowered differently, which would change what each sample index picks) is refused."""
@@ -395,7 +310,7 @@ def journal_settings(
                     "workload": k.key} for k in kernels]  # fmt: skip
     return {"journal": "fuzz", "version": JOURNAL_VERSION, "seed": seed, "models": list(models),
             "max_elements": max_elements, "rtol": RTOL, "atol": ATOL, "mutations": MUTATIONS,
-            "kernel_list": kernel_list}  # fmt: skip
+            "build_seconds": build_seconds, "kernel_list": kernel_list}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -474,13 +389,14 @@ def open_journal(path: Path, settings: Mapping[str, Any], resume: bool) -> Journ
 def sample_record(
     index: int, run: int, seconds: float, fk: FuzzKernel, outcome: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """A sample's journal line: failures keep their decisions and trace (to replay)."""
+    """A sample's journal line: failures and builds over budget keep their decisions
+    and trace (to replay)."""
     record = {"sample": index, "run": run, "t": round(seconds, 2), "model": fk.model,
               "workload": fk.key, "kind": fk.kind, "status": outcome["status"],
               "error": outcome["error"], "message": outcome["message"]}  # fmt: skip
-    if outcome["status"] in ("miscompile", "crash"):
+    if outcome["status"] in ("miscompile", "crash", "budget"):
         record.update(decisions=outcome["decisions"], trace=outcome["trace"])
-    elif outcome["status"] == "refused":
+    if outcome["status"] in ("refused", "budget"):
         record["message"] = outcome["message"].splitlines()[0][:REFUSAL_CHARS]
     return record
 
@@ -509,7 +425,7 @@ def campaign(
     todo = [i for i in range(samples) if i not in done]
     print(f"{len(done)} samples journaled, {len(todo)} to run", flush=True)
     sampler = Sampler(kernels, target, settings["seed"])
-    pool = Pool(sampler, jobs)
+    pool = Pool(sampler, jobs, build_seconds=settings.get("build_seconds", BUILD_SECONDS))
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes else math.inf
     counts: Counter[str] = Counter()
@@ -524,7 +440,7 @@ def campaign(
                 out.write(json.dumps(record, default=float) + "\n")
                 out.flush()
                 counts[outcome["status"]] += 1
-                if outcome["status"] in ("miscompile", "crash"):
+                if outcome["status"] in ("miscompile", "crash", "budget"):
                     print(f"sample {index} ({fk.model} {fk.kind}): {outcome['status']}: "
                           f"{outcome['message'].splitlines()[0][:300]}", flush=True)  # fmt: skip
                 if sum(counts.values()) % 100 == 0:
@@ -557,19 +473,22 @@ def summarize(path: Path) -> dict[str, Any]:
     total = len(records)
     failures = [{k: v for k, v in r.items() if k not in ("run", "t")} for r in records
                 if r["status"] in ("miscompile", "crash")]  # fmt: skip
+    over = [{k: v for k, v in r.items() if k not in ("run", "t")} for r in records
+            if r["status"] == "budget"]  # fmt: skip
     runs, settings = journal.runs, journal.settings
     return {
         "samples": total, "kernels": len(settings["kernel_list"]),
         "kernels_sampled": len({r["workload"] for r in records}),
         "ok": counts["ok"], "refusals": counts["refused"],
         "miscompiles": counts["miscompile"], "crashes": counts["crash"],
+        "budgets": counts["budget"],
         "seconds": round(seconds, 1), "seconds_per_sample": round(seconds / max(total, 1), 3),
         "jobs": max((run["jobs"] for run in runs), default=0), "seed": settings["seed"],
         "runs": len(runs),
         "lowering_seconds": round(sum(run.get("lowering_seconds", 0) for run in runs), 1),
         "run_list": [{k: v for k, v in run.items() if k != "run"} for run in runs],
         "worst_ok": worst_ok, "kinds": {kind: dict(c) for kind, c in sorted(kinds.items())},
-        "failures": failures, "kernel_list": settings["kernel_list"],
+        "failures": failures, "over_budget": over, "kernel_list": settings["kernel_list"],
     }  # fmt: skip
 
 
@@ -581,22 +500,24 @@ def report_lines(result: Mapping[str, Any], models: Sequence[str], max_elements:
         f"{r['samples']} samples over {r['kernels']} distinct kernels (largest tensor ≤ "
         f"{max_elements} elements) of {len(models)} zoo models, seed {r['seed']}, "
         f"{r['jobs']} worker(s): {r['miscompiles']} miscompiles, {r['crashes']} crashes, "
-        f"{r['refusals']} refusals in {r['seconds']} s over {r['runs']} run(s) "
+        f"{r['refusals']} refusals, {r.get('budgets', 0)} builds over budget in "
+        f"{r['seconds']} s over {r['runs']} run(s) "
         f"({r['seconds_per_sample']} s per sample). Tolerance: |got − want| ≤ "
         f"{RTOL}·|want| + {ATOL}·max|want|; worst passing error "
         f"{r['worst_ok']['error']:.3g}× of it.",
         "",
-        "| op kind | samples | ok | refused | miscompile | crash |",
-        "|---|---|---|---|---|---|",
+        "| op kind | samples | ok | refused | budget | miscompile | crash |",
+        "|---|---|---|---|---|---|---|",
     ]
     for kind, c in r["kinds"].items():
         lines.append(
             f"| {kind} | {sum(c.values())} | {c.get('ok', 0)} | {c.get('refused', 0)} "
-            f"| {c.get('miscompile', 0)} | {c.get('crash', 0)} |"
+            f"| {c.get('budget', 0)} | {c.get('miscompile', 0)} | {c.get('crash', 0)} |"
         )
-    if r["failures"]:
+    listed = [*r["failures"], *r.get("over_budget", [])]
+    if listed:
         lines += ["", "| sample | model | kind | status | message |", "|---|---|---|---|---|"]
-        for f in r["failures"]:
+        for f in sorted(listed, key=lambda f: f["sample"]):
             message = f["message"].splitlines()[0][:160].replace("|", "/")
             lines.append(
                 f"| {f['sample']} | {f['model']} | {f['kind']} | {f['status']} | {message} |"
@@ -604,24 +525,50 @@ def report_lines(result: Mapping[str, Any], models: Sequence[str], max_elements:
     return lines
 
 
-def replay_failures(path: Path, target: Target) -> int:
-    """Check a results file's failures again from their traces; the number still failing."""
-    data = json.loads(path.read_text())
-    failures = data["rows"]["failures"]
-    kernels = {}
-    for model in sorted({f["model"] for f in failures}):
-        kernels.update({k.key: k for k in collect([model], max_elements=1 << 62)})
-    failing, seed = 0, data["rows"]["seed"]
-    for f in failures:
-        checker = Checker(kernels[f["workload"]].kernel, target, seed)
+class Replayer:
+    """Runs a results file's failures and builds over budget again (the `Pool`'s runner,
+    as `Sampler`: under the same time limits)."""
+
+    def __init__(
+        self, rows: Mapping[str, Any], kernels: Mapping[str, FuzzKernel], target: Target
+    ) -> None:
+        self.listed = [*rows["failures"], *rows.get("over_budget", [])]
+        self.kernels, self.target = kernels, target
+        self.seed, self.count = rows["seed"], rows["kernels"]
+
+    def kernel_of(self, index: int) -> int:
+        return index
+
+    def run(self, index: int, building: Building = nothing) -> tuple[int, Outcome]:
+        f = self.listed[index]
+        checker = Checker(self.kernels[f["workload"]].kernel, self.target, self.seed)
         trace, decisions = f.get("trace"), f.get("decisions")
         if not (trace or decisions):  # a worker that died or hung: the sample's decisions
-            rng = sample_rng(seed, f["sample"])
-            rng.randrange(data["rows"]["kernels"])
+            rng = sample_rng(self.seed, f["sample"])
+            rng.randrange(self.count)
             decisions = sample_decisions(checker.space, rng)
-        outcome = checker.check_trace(trace) if trace else checker.check(decisions)
-        failing += outcome.status in ("miscompile", "crash")
-        print(f"sample {f['sample']} ({f['model']}): {outcome.status} {outcome.message[:300]}")
+        return index, checker.check_trace(trace) if trace else checker.check(decisions, building)
+
+
+def replay_failures(path: Path, target: Target, build_seconds: float = BUILD_SECONDS) -> int:
+    """Check a results file's failures and builds over budget again, from their traces
+    or decisions, in a worker (`Pool`); the number still failing."""
+    rows = json.loads(path.read_text())["rows"]
+    replayer = Replayer(rows, {}, target)
+    kernels: dict[str, FuzzKernel] = {}
+    for model in sorted({f["model"] for f in replayer.listed}):
+        kernels.update({k.key: k for k in collect([model], max_elements=1 << 62)})
+    replayer.kernels = kernels
+    pool = Pool(replayer, 1, build_seconds=build_seconds)
+    failing = 0
+    try:
+        for index, _, outcome in pool.run(range(len(replayer.listed)), math.inf):
+            f = replayer.listed[index]
+            failing += outcome["status"] in ("miscompile", "crash")
+            print(f"sample {f['sample']} ({f['model']}): {outcome['status']} "
+                  f"{outcome['message'][:300]}", flush=True)  # fmt: skip
+    finally:
+        pool.close()
     return failing
 
 
@@ -654,6 +601,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--minutes", type=float, default=None, help="stop handing out samples")
     parser.add_argument("--threads", type=int, default=None, help="threads of a kernel")
+    parser.add_argument("--build-seconds", type=float, default=BUILD_SECONDS,
+                        help="seconds a candidate's build may take")  # fmt: skip
     parser.add_argument("--replay", type=Path, help="check a results file's failures again")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the results")
     parser.add_argument("--journal", type=Path, help="default: OUT/fuzz-CPU.jsonl")
@@ -662,7 +611,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     target = host(args.threads)
     if args.replay:
-        raise SystemExit(1 if replay_failures(args.replay, target) else 0)
+        raise SystemExit(1 if replay_failures(args.replay, target, args.build_seconds) else 0)
     from fingerprint import fingerprint, git_commit, write_results
 
     journal = args.journal or args.out / f"fuzz-{target.cpu}.jsonl"
@@ -676,7 +625,7 @@ def main(argv: list[str] | None = None) -> None:
         kernels = collect(models, max_elements)
         lowering = time.monotonic() - start
         print(f"{len(kernels)} kernels of {len(models)} models in {lowering:.0f} s", flush=True)
-        settings = journal_settings(kernels, models, max_elements, args.seed)
+        settings = journal_settings(kernels, models, max_elements, args.seed, args.build_seconds)
         run_info = {"lowering_seconds": round(lowering, 1), **git_commit(),
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         with stop_on_signal() as stop:

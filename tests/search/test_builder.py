@@ -8,15 +8,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from test_tune import model, two_matmuls
 
-from polytile.codegen.target import host
-from polytile.errors import InputError
+from polytile.codegen.configs import default_config
+from polytile.codegen.target import host, machine_choices
+from polytile.errors import BudgetExceeded, InputError
 from polytile.search import builder as B
 from polytile.search.cost_model import RandomModel
 from polytile.search.measure import MeasureConfig
 from polytile.search.records import RecordFile
+from polytile.search.state import decisions_key
 from polytile.search.summary import MEASURE_PARTS, PARTS
 from polytile.search.tasks import extract_tasks
 from polytile.search.tune import Tuner, tune
@@ -49,7 +54,16 @@ def test_a_build_hung_in_a_long_call_is_killed_recorded_and_never_built_again(
     assert over.error == "budget" and "its worker was killed" in over.message
     assert any(r.ok for r in records[1:] if r.decisions != hung)  # builds after the kill
     built = [json.loads(line) for line in log.read_text().splitlines()]
-    assert built.count(hung) == 1  # never built again (nor on resuming: its record)
+    assert built.count(hung) == 1  # never built again
+    # nor after a restart: its record refuses it (built here, it would build)
+    here = MeasureConfig(build_timeout=None)
+    tasks = extract_tasks(model())
+    with Tuner(tasks, RecordFile(path), host(), 4, model=RandomModel(4), measure=here) as tuner:
+        (state,) = tuner.states
+        assert decisions_key(state.space.complete(hung)) in state.refused
+        assert tuner._build_many(state, [hung]) == [None]
+        assert tuner._build_many(state, [records[-1].decisions])[0] is not None
+    assert len(RecordFile(path).read()) == 5
 
 
 def test_builds_in_workers_are_the_builds_in_process(tmp_path: Path) -> None:
@@ -94,3 +108,47 @@ def test_the_build_limits_must_be_positive() -> None:
     for bad in ({"build_timeout": 0.0}, {"build_workers": 0}):
         with pytest.raises(InputError, match="build_"):
             MeasureConfig(**bad)  # type: ignore[arg-type]
+
+
+#: decisions of fuzz sample 8856 (benchmarks/results/fuzz-znver4.jsonl: swin_v2_t's window
+#: attention projection): fusing the outer loops through a 52-wide tile of j split again
+#: by 4, AST generation spends minutes in one isl call (compute_divs)
+HANG_8856 = {
+    "vec_loop": "j", "vec": 4, "pack": True, "block_loop": None, "block": 6,
+    "block2_loop": None, "block2": 3, "low_reduce": True, "rtile_loop": "k", "rtile": 128,
+    "otile_loop": "i", "otile": 0, "row_tile": 0, "outer_first": "j", "band": 13,
+    "epilogue_depth": 1, "unroll": True, "parallel_depth": 3, "rfactor": 0,
+    "input_ahead": 8, "prefetch_panel": 131072,
+}  # fmt: skip
+
+
+def window_projection() -> onnx.ModelProto:
+    """The kernel of sample 8856: 16 windows of 64 tokens times a 192×576 weight, plus
+    the bias."""
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((192, 576)), "b": rng.standard_normal(576)}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        "qkv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64, 192])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_build_stuck_in_one_isl_call_is_over_budget_and_the_next_builds() -> None:
+    """Sample 8856's build, which isl's operation budget does not interrupt, is killed at
+    the time limit; the replaced worker builds the next candidate. (Should a fix make the
+    build fast, this test needs another candidate stuck in isl.)"""
+    (task,) = extract_tasks(window_projection())
+    target = host(1)
+    spec = B.SpaceSpec(task.kernel, default_config(target), machine_choices(target))
+    with B.Builder(target, MeasureConfig(build_timeout=2.0, build_workers=1)) as builder:
+        builder.add(task.key, spec)
+        default = B._space(spec).default_decisions()
+        over, built = builder.build(task.key, [HANG_8856, default], features=False)
+    assert isinstance(over, BudgetExceeded), over
+    assert over.resource == "seconds" and "its worker was killed" in str(over)
+    assert isinstance(built, B.Built) and built.decisions == default
+    assert builder.replaced == 1

@@ -21,6 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from polytile.codegen.target import host
 from polytile.errors import InputError
 from polytile.poly.ir.schedule import initial_schedule
+from polytile.search import budget
+from polytile.search.space import SearchSpace
 from polytile.search.tasks import extract_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -220,3 +222,41 @@ def test_a_campaign_stopped_and_resumed_journals_what_one_run_does(
     with pytest.raises(InputError, match="seed"):
         fuzz_bench.campaign(kernels, 5, 1, target, path, other, resume=True)
     assert sorted(_journaled(path)) == [0, 1, 2, 3]
+
+
+def test_a_build_past_its_seconds_is_over_budget_and_the_campaign_goes_on(
+    kernels: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sample 1's build never returns, busy as in one long isl call (the builds of the
+    forked workers are this process's, patched): its worker is killed past the build's
+    seconds, the sample is `budget` with its decisions, the others run, and resuming does
+    not run it again. A build out of its isl operations is `budget` too."""
+    sampler = fuzz_bench.Sampler(kernels, host(1), seed=0)
+    checker = fuzz_bench.Checker(kernels[sampler.kernel_of(1)].kernel, host(1), seed=0)
+    rng = fuzz_bench.sample_rng(0, 1)
+    rng.randrange(len(kernels))
+    hung = fuzz_bench.sample_decisions(checker.space, rng)
+    build = SearchSpace.build
+
+    def hanging(space: SearchSpace, decisions: dict) -> object:
+        while space.kernel.name == checker.kernel.name and decisions == hung:
+            pass  # holds the interpreter: only a kill stops it
+        return build(space, decisions)
+
+    monkeypatch.setattr(SearchSpace, "build", hanging)
+    settings = fuzz_bench.journal_settings(
+        kernels, ["tiny_cnn", "tiny_encoder"], 1 << 20, 0, build_seconds=0.5
+    )
+    path = tmp_path / "j.jsonl"
+    result = fuzz_bench.campaign(kernels, 3, 1, host(1), path, settings)
+    assert result["budgets"] == 1 and result["ok"] >= 1, result
+    assert result["crashes"] == result["miscompiles"] == 0, result
+    (over,) = result["over_budget"]
+    assert over["sample"] == 1 and over["decisions"] == hung
+    assert "took over 0.5 s: its worker was killed" in over["message"]
+    resumed = fuzz_bench.campaign(kernels, 4, 1, host(1), path, settings, resume=True)
+    assert sorted(_journaled(path)) == [0, 1, 2, 3] and resumed["budgets"] == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(budget, "BUILD_OPERATIONS", 50)
+    outcome = checker.check(checker.space.default_decisions())
+    assert outcome.status == "budget" and "isl operations" in outcome.message, outcome
