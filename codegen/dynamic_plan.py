@@ -2,12 +2,13 @@
 exported library (who has no Python to run `DynamicPlan.table`).
 
 The greedy planner (`plan.plan_memory`) cannot be written as one expression of the sizes,
-so the library places tensors in a fixed order chosen here once: each owner of bytes
-(a tensor not taking over another's, `DynamicPlan.shared`) starts at the highest end of
-the earlier-placed owners whose lifetimes overlap its own. That is valid at every size,
-and at sizes where the chosen order is the greedy plan's order by offset it needs no
-more than the greedy plan does. Byte counts are products of extents (numbers and `Dim`
-or isl texts over the sizes, floor divisions included), emitted with overflow checks.
+so the library places tensors in a few fixed orders chosen here once (`placement`) and
+keeps the one needing the fewest bytes: in an order, each owner of bytes (a tensor not
+taking over another's, `DynamicPlan.shared`) starts at the highest end of the earlier
+owners whose lifetimes overlap its own. That is valid at every size, and at sizes where
+an order is the greedy plan's order by offset it needs no more than the greedy plan.
+Byte counts are products of extents (numbers and `Dim` or isl texts over the sizes,
+floor divisions included), emitted with overflow checks.
 
 The library's functions (see `CompiledModel.export_library` for the C signatures):
 `polytile_plan` fills the dynamic table and returns the arena bytes, or a negative
@@ -44,24 +45,30 @@ NUM_SIZES = "polytile_num_sizes"
 
 @dataclass(frozen=True)
 class Placement:
-    """The fixed placing order of a dynamic plan's arena."""
+    """Fixed placing orders of a dynamic plan's arena: at given sizes, the library places
+    the tensors in each and keeps the one needing the fewest bytes (the first on ties)."""
 
-    #: the owners of bytes in placing order
-    order: tuple[str, ...]
-    #: per owner, the earlier-placed owners whose lifetimes overlap its own
-    below: Mapping[str, tuple[str, ...]]
+    #: each order: the owners of bytes in placing order
+    orders: tuple[tuple[str, ...], ...]
+    #: per order, per owner, the earlier-placed owners whose lifetimes overlap its own
+    below: tuple[Mapping[str, tuple[str, ...]], ...]
     #: every arena tensor → the owner of its bytes (itself, or whom it takes over)
     owner: Mapping[str, str]
 
     def place(self, nbytes: Mapping[str, int]) -> tuple[dict[str, int], int]:
         """Every tensor's offset and the arena bytes, given each owner's byte count: the
         computation `polytile_plan` makes, in Python."""
-        start: dict[str, int] = {}
-        end: dict[str, int] = {}
-        for name in self.order:
-            start[name] = max((end[b] for b in self.below[name]), default=0)
-            end[name] = start[name] + _aligned(max(nbytes[name], 1))
-        return {t: start[o] for t, o in self.owner.items()}, max(end.values(), default=0)
+        best: tuple[dict[str, int], int] = ({t: 0 for t in self.owner}, 0)
+        for number, (order, below) in enumerate(zip(self.orders, self.below, strict=True)):
+            start: dict[str, int] = {}
+            end: dict[str, int] = {}
+            for name in order:
+                start[name] = max((end[b] for b in below[name]), default=0)
+                end[name] = start[name] + _aligned(max(nbytes[name], 1))
+            arena = max(end.values(), default=0)
+            if number == 0 or arena < best[1]:
+                best = {t: start[o] for t, o in self.owner.items()}, arena
+        return best
 
 
 def _aligned(n: int) -> int:
@@ -84,15 +91,14 @@ def _groups(plan: DynamicPlan) -> tuple[dict[str, str], dict[str, tuple[int, int
     return owner, life
 
 
-def _placement(plan: DynamicPlan, order: Sequence[str]) -> Placement:
-    owner, life = _groups(plan)
-    below = {
+def _below(life: Mapping[str, tuple[int, int]], order: Sequence[str]) -> dict[str, tuple]:
+    """Per owner, the earlier ones in `order` whose lifetimes overlap its own."""
+    return {
         name: tuple(
             b for b in order[:i] if life[b][0] <= life[name][1] and life[name][0] <= life[b][1]
         )
         for i, name in enumerate(order)
     }
-    return Placement(tuple(order), below, owner)
 
 
 def _owner_bytes(plan: DynamicPlan, values: Mapping[str, int]) -> dict[str, int]:
@@ -101,26 +107,20 @@ def _owner_bytes(plan: DynamicPlan, values: Mapping[str, int]) -> dict[str, int]
 
 
 def placement(plan: DynamicPlan) -> Placement:
-    """The placing order for every size: of the greedy plans' orders (by offset) at a few
-    sample sizes within the bounds, the one whose arena is closest to the greedy plan's
-    at all of them."""
-    _, life = _groups(plan)
-    samples: list[tuple[dict[str, int], int]] = []
-    candidates: list[tuple[str, ...]] = []
+    """The placing orders for every size: the greedy plans' orders (by offset) at a few
+    sample sizes within the bounds. At each of those sizes the library then needs no
+    more bytes than the greedy plan: placed in its order, each tensor starts at or below
+    its greedy offset."""
+    owner, life = _groups(plan)
+    orders: list[tuple[str, ...]] = []
     for value in SAMPLE_SIZES:
         named = {n: min(max(value, lo), hi) for n, (lo, hi) in bounds(plan).items()}
         nbytes = _owner_bytes(plan, plan.values(named))
         greedy = plan_memory({n: Lifetime(nbytes[n], *life[n]) for n in nbytes})
-        samples.append((nbytes, max(greedy.arena_bytes, 1)))
         order = tuple(sorted(nbytes, key=lambda n: (greedy.offsets[n], life[n], n)))
-        if order not in candidates:
-            candidates.append(order)
-
-    def cost(order: tuple[str, ...]) -> float:
-        fixed = _placement(plan, order)
-        return sum(fixed.place(nbytes)[1] / greedy for nbytes, greedy in samples)
-
-    return _placement(plan, min(candidates, key=cost))
+        if order not in orders:
+            orders.append(order)
+    return Placement(tuple(orders), tuple(_below(life, o) for o in orders), owner)
 
 
 def bounds(plan: DynamicPlan) -> dict[str, tuple[int, int]]:
@@ -279,21 +279,32 @@ def _plan_function(module: ir.Module, plan: DynamicPlan) -> None:
         values[name] = sizes.extent(text)
     entries = [values[n] for n in plan.sizes]
     fixed = placement(plan)
-    nbytes = {t.name: t for t in plan.arena}
-    start: dict[str, ir.Value] = {}
-    end: dict[str, ir.Value] = {}
-    arena: ir.Value = ir.Constant(I64, 0)
-    for name in fixed.order:
-        t = nbytes[name]
+    tensors = {t.name: t for t in plan.arena}
+    nbytes: dict[str, ir.Value] = {}
+    for name in fixed.orders[0]:
+        t = tensors[name]
         size = _max(b, sizes.product(t.shape, t.itemsize), ir.Constant(I64, 1))
-        size = b.and_(sizes.checked("sadd", size, ir.Constant(I64, ALIGN - 1)),
-                      ir.Constant(I64, -ALIGN))  # fmt: skip
-        at: ir.Value = ir.Constant(I64, 0)
-        for other in fixed.below[name]:
-            at = _max(b, at, end[other])
-        start[name], end[name] = at, sizes.checked("sadd", at, size)
-        arena = _max(b, arena, end[name])
-    entries += [start[fixed.owner[t.name]] for t in plan.arena]
+        size = sizes.checked("sadd", size, ir.Constant(I64, ALIGN - 1))
+        nbytes[name] = b.and_(size, ir.Constant(I64, -ALIGN))
+    best: dict[str, ir.Value] = {}
+    arena: ir.Value = ir.Constant(I64, 0)
+    for number, (order, below) in enumerate(zip(fixed.orders, fixed.below, strict=True)):
+        start: dict[str, ir.Value] = {}
+        end: dict[str, ir.Value] = {}
+        total: ir.Value = ir.Constant(I64, 0)
+        for name in order:
+            at: ir.Value = ir.Constant(I64, 0)
+            for other in below[name]:
+                at = _max(b, at, end[other])
+            start[name], end[name] = at, sizes.checked("sadd", at, nbytes[name])
+            total = _max(b, total, end[name])
+        if number == 0:
+            best, arena = start, total
+        else:  # the fewest bytes win, the earlier order on ties
+            fewer = b.icmp_signed("<", total, arena)
+            best = {n: b.select(fewer, start[n], best[n]) for n in order}
+            arena = b.select(fewer, total, arena)
+    entries += [best[fixed.owner[t.name]] for t in plan.arena]
     for shape, limits_of in plan.counted:
         entries.append(sizes.product(shape))
         entries += [sizes.extent(d) for d in limits_of]

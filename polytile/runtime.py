@@ -485,9 +485,9 @@ class CompiledModel:
         when a byte count overflows. `int32_t polytile_input_shape(int32_t index, const
         int64_t *table, int64_t *dims)` and `polytile_output_shape` (same arguments) put a
         tensor's shape at those sizes in `dims` and return its rank (-1: no such
-        tensor). `polytile_run` then takes the table as a fifth argument. The library's
-        placement is fixed for all sizes (`codegen.dynamic_plan`), so its arena may be
-        larger than the one `run` plans at the same sizes."""
+        tensor). `polytile_run` then takes the table as a fifth argument. The library
+        places tensors in orders fixed at export (`codegen.dynamic_plan`), so its arena
+        may be larger than the one `run` plans at the same sizes."""
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "

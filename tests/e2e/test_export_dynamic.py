@@ -20,9 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 import polytile as pt
 from polytile.codegen.c_header import c_header
 from polytile.codegen.dynamic import ArenaTensor, DynamicPlan
-from polytile.codegen.dynamic_plan import placement, plan_module
+from polytile.codegen.dynamic_plan import SAMPLE_SIZES, placement, plan_module
 from polytile.codegen.jit import compile_part, finalize, link_shared, linker
 from polytile.codegen.plan import ALIGN
+from polytile.codegen.target import host
 from polytile.frontend.symbolic import MAX_DIM
 from polytile.runtime import CompiledModel
 
@@ -308,11 +309,23 @@ def test_a_static_librarys_header_compiles(tmp_path: Path, checks: int | None) -
     assert "polytile_constant_offsets[3] = {0, 64, 192};" in header
 
 
+def _planner(plan: DynamicPlan, path: Path) -> ctypes._CFuncPtr:
+    """`polytile_plan` of this plan alone, built into a library at `path`."""
+    target = host()
+    text = finalize(plan_module(plan, [], []), target)
+    link_shared([compile_part(text, target, pic=True).obj], str(path))
+    planner = ctypes.CDLL(str(path)).polytile_plan
+    planner.restype, planner.argtypes = ctypes.c_int64, [P, P]
+    return planner
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_fixed_placement_is_valid_and_no_worse_than_greedy_where_it_was_chosen(seed: int) -> None:
+def test_fixed_placement_is_valid_and_no_worse_than_greedy_at_its_sample_sizes(
+    seed: int, tmp_path: Path
+) -> None:
     """Random arenas (some tensors sized by `n`, one taking over another's bytes): live
-    tensors stay apart at every n, and where no size varies the fixed order needs no
-    more than the greedy plan it was taken from."""
+    tensors stay apart at every n, at the sizes the orders were taken from the library
+    needs no more bytes than the greedy plan, and its C planner places as `place` does."""
     rng = np.random.default_rng(seed)
     tensors = []
     for i in range(12):
@@ -321,26 +334,27 @@ def test_fixed_placement_is_valid_and_no_worse_than_greedy_where_it_was_chosen(s
         tensors.append(ArenaTensor(f"t{i}", 4, shape, first, first + int(rng.integers(0, 4))))
     a = tensors[0] = replace(tensors[0], last=tensors[0].first + 1)
     tensors[1] = replace(a, name="t1", first=a.last, last=a.last + 2)
-    shared = {"t1": "t0"}
-    for static in (False, True):
-        arena = tuple(replace(t, shape=t.shape[:1]) for t in tensors) if static else tuple(tensors)
-        plan = DynamicPlan(("n",), {}, arena, shared)
-        fixed = placement(plan)
-        for n in (1, 5, 64, 1000):
-            nbytes = {t.name: t.nbytes({"n": n}) for t in arena}
-            offsets, total = fixed.place(nbytes)
-            assert offsets["t1"] == offsets["t0"]
-            for x in arena:
-                for y in arena:
-                    if {x.name, y.name} == {"t0", "t1"}:
-                        continue
-                    if x.name < y.name and x.first <= y.last and y.first <= x.last:
-                        assert (
-                            offsets[x.name] + nbytes[x.name] <= offsets[y.name]
-                            or offsets[y.name] + nbytes[y.name] <= offsets[x.name]
-                        ), (x, y, n)
-            if static:
-                assert total <= plan.table({"n": n})[1]
+    plan = DynamicPlan(("n",), {}, tuple(tensors), {"t1": "t0"})
+    fixed = placement(plan)
+    planner = _planner(plan, tmp_path / "plan.so")
+    for n in (*SAMPLE_SIZES, 2, 100, 3000):
+        nbytes = {t.name: t.nbytes({"n": n}) for t in tensors}
+        offsets, total = fixed.place(nbytes)
+        table = np.zeros(1 + len(tensors), np.int64)
+        assert planner(np.array([n]).ctypes.data, table.ctypes.data) == total
+        assert table[1:].tolist() == [offsets[t.name] for t in tensors]
+        assert offsets["t1"] == offsets["t0"]
+        for x in tensors:
+            for y in tensors:
+                if {x.name, y.name} == {"t0", "t1"}:
+                    continue
+                if x.name < y.name and x.first <= y.last and y.first <= x.last:
+                    assert (
+                        offsets[x.name] + nbytes[x.name] <= offsets[y.name]
+                        or offsets[y.name] + nbytes[y.name] <= offsets[x.name]
+                    ), (x, y, n)
+        if n in SAMPLE_SIZES:
+            assert total <= plan.table({"n": n})[1]
 
 
 def test_bad_sizes_are_refused(exported) -> None:
@@ -358,14 +372,10 @@ def test_bad_sizes_are_refused(exported) -> None:
 
 def test_library_refuses_sizes_outside_the_models_bounds(exported, tmp_path: Path) -> None:
     """A plan with bounds (saved with the manifest) refuses sizes outside them in C."""
-    compiled, lib = exported
+    _, lib = exported
     plan = replace(lib.plan, bounds={"seq": (2, 40)}, _tables={})
     assert DynamicPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
-    target = compiled.target
-    link_shared([compile_part(finalize(plan_module(plan, [], []), target), target, True).obj],
-                str(tmp_path / "plan.so"))  # fmt: skip
-    planner = ctypes.CDLL(str(tmp_path / "plan.so")).polytile_plan
-    planner.restype, planner.argtypes = ctypes.c_int64, [P, P]
+    planner = _planner(plan, tmp_path / "plan.so")
     table = np.zeros(lib.length, np.int64)
     position = plan.named.index("seq")
     for seq, ok in ((1, False), (2, True), (40, True), (41, False)):
