@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 from polytile.codegen.configs import default_config
 from polytile.codegen.target import Target, machine_choices
-from polytile.errors import BudgetExceeded, InputError
+from polytile.errors import InputError
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.ir.schedule import Schedule
 
+from .builder import Built, SpaceSpec, make_builder
 from .dynamic import TuneSizes, tune_sizes
 from .measure import MeasureConfig, Measurer
 from .records import Record, RecordFile, best_records, trace_key
@@ -193,10 +194,14 @@ def _neighbours(
 ) -> int:
     """Measure (and verify) the neighbour of each task's best candidate (at most
     `budget`; one `known` from the records is not measured again), append its record and
-    add it to the task's candidates when it is correct; returns how many were measured."""
+    add it to the task's candidates when it is correct; returns how many were measured.
+    Neighbours are built as the search's candidates are (`search.builder`: in a worker,
+    killed past `measure.build_timeout`)."""
     measured = 0
+    config = replace(measure or MeasureConfig(), build_workers=1)
     with contextlib.ExitStack() as stack:
         measurer: Measurer | None = None
+        builder: Any = None
         for task in tasks:
             cands = by_task.get(task.key, [])
             if budget is not None and measured >= budget:
@@ -204,12 +209,17 @@ def _neighbours(
             if not cands or cands[0].decisions is None:
                 continue
             kernel = sizes.instance(task.kernel)  # a symbolic kernel's: its instance's
-            space = SearchSpace(kernel, config=defaults, machine=machine_choices(target))
+            machine = machine_choices(target)
+            space = SearchSpace(kernel, config=defaults, machine=machine)
             decisions = {**space.complete(cands[0].decisions), **NEIGHBOUR}
-            try:
-                trace = tuple(space.build(decisions).trace)
-            except BudgetExceeded:  # the search's rule: a build over budget is no candidate
+            if builder is None:
+                builder = make_builder(target, config)
+                stack.callback(builder.close)
+            builder.add(task.key, SpaceSpec(kernel, defaults, machine), space)
+            (built,) = builder.build(task.key, [decisions], False)
+            if not isinstance(built, Built):  # the search's rule: over budget, no candidate
                 continue
+            trace = tuple(built.trace)
             key = trace_key(trace)
             if key in {trace_key(c.trace) for c in cands}:
                 continue

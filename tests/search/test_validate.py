@@ -17,6 +17,7 @@ from polytile.codegen.configs import default_config
 from polytile.codegen.target import Target, host
 from polytile.errors import InputError
 from polytile.poly.default.schedule import default_schedule
+from polytile.search import builder
 from polytile.search import tune as search
 from polytile.search.measure import MeasureConfig
 from polytile.search.records import Record, RecordFile, best_records, trace_key
@@ -171,12 +172,12 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
     path = tmp_path / "r.jsonl"
     RecordFile(path).append([best])
     config = ValidateConfig(top=1, rounds=2, repeat=2)
-    none = validate([task], RecordFile(path), target, variant(target), config, budget=0)
+    none = validate([task], RecordFile(path), target, variant(target), config, HERE, budget=0)
     assert none.trials == 0 and none.tasks[0].labels == ("#1", "default")
-    found = validate([task], RecordFile(path), target, variant(target), config)
+    found = validate([task], RecordFile(path), target, variant(target), config, HERE)
     assert found.trials == 1 and found.tasks[0].labels == ("#1", "nb", "default")
     again = validate(
-        [task], RecordFile(path), target, variant(target), config
+        [task], RecordFile(path), target, variant(target), config, HERE
     )  # not measured twice
     assert again.trials == 0 and again.tasks[0].labels == ("#1", "nb", "default")
     alone = [r for r in RecordFile(path).read() if r.timing == "kernel"]
@@ -196,6 +197,34 @@ def test_validation_times_a_verified_neighbour_of_the_best_candidate(tmp_path: P
                   progress=False, validation=config, measure=HERE)  # fmt: skip
     kernel_records = [r for r in RecordFile(tmp_path / "t.jsonl").read() if r.timing == "kernel"]
     assert result.trials == len(kernel_records) <= 10
+
+
+class _HangingWorker(builder._BuildWorker):
+    command = (str(Path(__file__).with_name("hanging_builder.py")),)
+
+
+def test_a_neighbour_whose_build_hangs_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The neighbour is built in a worker (as the search's candidates are): one stuck in
+    its build is killed at the build timeout, and the validation goes on without it."""
+    monkeypatch.setenv("HANG_LOG", str(tmp_path / "builds.log"))
+    monkeypatch.setenv("HANG_MARK", str(tmp_path / "hung.json"))
+    monkeypatch.setattr(builder.Builder, "worker", _HangingWorker)
+    target = host()
+    (task,) = extract_tasks(model())
+    space = SearchSpace(task.kernel, lanes=16, threads=2)
+    unrolled = {"unroll": True, "epilogue_depth": 1, "parallel_depth": 1}
+    decisions = {**space.default_decisions(), **unrolled}
+    best = Record(task.key, target.key(), tuple(space.build(decisions).trace), (1e-6,),
+                  decisions=decisions)  # fmt: skip
+    path = tmp_path / "r.jsonl"
+    RecordFile(path).append([best])
+    config = ValidateConfig(top=1, rounds=1, repeat=1)
+    found = validate([task], RecordFile(path), target, variant(target), config,
+                     MeasureConfig(build_timeout=1.0))  # fmt: skip
+    assert (tmp_path / "hung.json").exists()  # the neighbour's build hung
+    assert found.trials == 0 and found.tasks[0].labels == ("#1", "default")
 
 
 def test_validation_times_fewer_candidates_where_the_variants_would_not_fit(
