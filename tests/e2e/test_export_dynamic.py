@@ -122,6 +122,9 @@ def _guarded(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize(("batch", "seq", "k"), [(1, 1, 1), (2, 7, 3), (3, 17, 5)])
 def test_library_plans_and_runs_at_every_size(exported, batch: int, seq: int, k: int) -> None:
+    """The C table holds what `DynamicPlan.table` holds but the offsets; the shapes are
+    the feeds' and onnxruntime's; the run matches it inside an arena of exactly the
+    planned bytes, and its index check fails on an index the table's bound refuses."""
     compiled, lib = exported
     named = {"batch": batch, "seq": seq, "k": k}
     arena_bytes, table = lib.planned(named)
@@ -170,7 +173,8 @@ def test_planned_tensors_stay_apart_while_live(exported, seq: int) -> None:
         arena_bytes, table = lib.planned(named)
         values = plan.values(named)
         start = len(plan.sizes)
-        offsets = dict(zip((t.name for t in plan.arena), table[start:].tolist(), strict=False))
+        placed = table[start : start + len(plan.arena)].tolist()
+        offsets = dict(zip((t.name for t in plan.arena), placed, strict=True))
         nbytes = {t.name: t.nbytes(values) for t in plan.arena}
         owner = placement(plan).owner
         mirrored, total = placement(plan).place(nbytes)
