@@ -42,7 +42,7 @@ from .emission import Emitter, KernelState, plus
 from .llvm_types import Env, constant, kind, memory_type
 from .prefetch import Prefetcher
 from .transpose import columns_to_rows, rows_to_columns
-from .values import Instance, Lanes, address_texts, shares_write
+from .values import Instance, Lanes, address_texts, lane_accumulator, shares_write
 
 #: independent accumulators that keep an FMA unit busy (4-cycle latency × 2 issued a
 #: cycle), the bytes of its vector registers, and at most how many partial sums a
@@ -69,6 +69,16 @@ class Slot:
     lanes: Lanes | None
     values: tuple[int, ...] = ()
     piece: tuple = ()
+    #: the write address (key variables at their values) and whether the slot's lanes
+    #: all reduce into it (`shares_write`), combined when it is written back
+    address: tuple = ()
+    shared: bool = False
+
+    @property
+    def merges(self) -> bool:
+        """Whether the slot may share its address with others (a scalar remainder's and
+        a reduction's lanes), all combined into the element when written back."""
+        return self.shared or self.lanes is None
 
 
 @dataclass
@@ -334,8 +344,9 @@ class Accumulators:
         stmt = self.kernel.statement[node.stmt]
         t = self.kernel.tensors[stmt.tensor]
         inst = Instance(self.em, stmt, {}, lanes)
-        if shares_write(stmt, lanes, flat_index(self.state.shape(t.name), stmt.index)):
-            lanes = None  # the lanes combined into one scalar accumulator (below)
+        # a reduction along the vector loop keeps a vector of partial results, its
+        # lanes combined once, when written back
+        shared = shares_write(stmt, lanes, flat_index(self.state.shape(t.name), stmt.index))
         values = [env[v] for v in promotion.key_vars]
         if not all(isinstance(v, ir.Constant) for v in values):
             raise CodegenError(f"kernel {self.kernel.name}: a promoted accumulator's key varies")
@@ -346,30 +357,46 @@ class Accumulators:
         # keyed by the address itself: sibling pieces of a split loop (a full tile at
         # `ow1`, the next at `ow1 + 7`) reach other accumulators at equal key values
         address = tuple(linear_terms(a, constants) for a in written)
-        key = (address, lanes.count if lanes is not None else 0, promotion.part)
+        width = 0 if lanes is None else ("shared", lanes.count) if shared else lanes.count
+        key = (address, width, promotion.part)
         slot = promotion.slots.get(key)
         if slot is None:
-            slot = self.open_slot(promotion, stmt, node, env, lanes)
+            slot = self.open_slot(promotion, stmt, node, env, lanes, shared, address)
             slot.values = tuple(constants.values())
             slot.piece = tuple(linear_terms(a) for a in written)
             promotion.slots[key] = slot
         dims = {d: self.em.int(a, env) for d, a in zip(stmt.dims, node.args, strict=True)}
         inst.dims = dims
         value = inst.value(stmt.expr)
-        if inst.lanes is not None and lanes is None:
-            value = inst.reduce_lanes(stmt.reduction, value, t.dtype)  # type: ignore[arg-type]
-            inst = Instance(self.em, stmt, dims, None)
-        self.prefetcher.reduction_step(promotion, stmt, node, env, lanes)
+        if shared:
+            value = inst.unused_lanes_idle(stmt.reduction, value, t.dtype)  # type: ignore[arg-type]
+        self.prefetcher.reduction_step(promotion, stmt, node, env, None if shared else lanes)
         old = self.em.b.load(slot.cell, typ=slot.type)
         value = inst.combine(stmt.reduction, old, value, t.dtype)  # type: ignore[arg-type]
         self.em.b.store(inst.splat(value), slot.cell)
         return True
 
     def open_slot(
-        self, promotion: Promotion, stmt: Statement, node: Call, env: Env, lanes: Lanes | None
+        self,
+        promotion: Promotion,
+        stmt: Statement,
+        node: Call,
+        env: Env,
+        lanes: Lanes | None,
+        shared: bool = False,
+        address: tuple = (),
     ) -> Slot:
         """Load the accumulator before the promoted loop into a stack cell (mem2reg makes
-        it a register)."""
+        it a register). A shared slot (`shares_write`) holds the element in lane 0 and
+        the identity in the others; a slot at the address of another that merges starts
+        from the identity (the other holds the element)."""
+        vector_lanes = lanes
+        lanes = None if shared else lanes
+        merges = shared or lanes is None
+        later = merges and any(
+            s.merges and s.address == address and k[-1] == promotion.part
+            for k, s in promotion.slots.items()
+        )
         t = self.kernel.tensors[stmt.tensor]
         text = flat_index(self.state.shape(t.name), stmt.index)
         assert promotion.pre is not None
@@ -392,12 +419,20 @@ class Accumulators:
             else:  # a further partial sum starts from zero
                 mem = memory_type(t.dtype)
                 value = constant(ir.VectorType(mem, lanes.count) if lanes else mem, 0.0)
+            reduction = stmt.reduction
+            assert reduction is not None
+            if later:
+                value = lane_accumulator(inst, reduction, None, t.dtype)
+            if shared:
+                wide = Instance(self.em, stmt, dims, vector_lanes)
+                first = None if later or promotion.part else value
+                value = lane_accumulator(wide, reduction, first, t.dtype)
         # (goto_block restores the position at the end of a block: no nesting)
         with self.em.b.goto_entry_block():
             cell = self.em.b.alloca(value.type)
         with self.em.b.goto_block(promotion.pre):
             self.em.b.store(value, cell)
-        return Slot(cell, value.type, dims, lanes)
+        return Slot(cell, value.type, dims, vector_lanes, address=address, shared=shared)
 
     def write_back(self, promotion: Promotion) -> None:
         """Store the accumulators after the loop; a run of them whose lanes lie rows
@@ -420,11 +455,28 @@ class Accumulators:
             rows = columns_to_rows(self.em.b, columns, width)
             first.store_rows(t.name, t.dtype, text, rows, len(group))
         grouped = {id(slot) for group in groups for slot in group}
+        merged: dict[tuple, list[Slot]] = {}
         for slot in promotion.slots.values():
             if id(slot) in grouped:
                 continue
+            if slot.merges:
+                merged.setdefault(slot.address, []).append(slot)
+                continue
             inst = Instance(self.em, stmt, slot.dims, slot.lanes)
             inst.store(t.name, t.dtype, text, self.em.b.load(slot.cell, typ=slot.type))
+        reduction = stmt.reduction
+        assert reduction is not None
+        for slots in merged.values():
+            total = None
+            for slot in slots:
+                value = self.em.b.load(slot.cell, typ=slot.type)
+                if slot.shared:
+                    wide = Instance(self.em, stmt, slot.dims, slot.lanes)
+                    value = wide.reduce_lanes(reduction, value, t.dtype)
+                scalar = Instance(self.em, stmt, slots[0].dims, None)
+                total = value if total is None else scalar.combine(reduction, total, value, t.dtype)
+            assert total is not None
+            Instance(self.em, stmt, slots[0].dims, None).store(t.name, t.dtype, text, total)
 
     def row_groups(self, promotion: Promotion, text: str) -> list[list[Slot]]:
         """Runs of vector accumulators one element apart along an unrolled loop whose
@@ -440,7 +492,7 @@ class Accumulators:
             runs: dict[tuple, list[tuple[int, Slot]]] = {}
             for slot in promotion.slots.values():
                 lanes = slot.lanes
-                if lanes is None or lanes.active is not None or lanes.count < 2:
+                if slot.shared or lanes is None or lanes.active is not None or lanes.count < 2:
                     continue  # (a masked vector is no whole row)
                 if lanes.count & (lanes.count - 1):
                     continue

@@ -30,6 +30,7 @@ from polytile.poly.ir.expr import (
 from polytile.poly.ir.kernel import Statement
 
 from . import bfloat16 as bf16
+from . import fastmath
 from . import narrow as nw
 from .llvm_types import BF16, I1, I8, I32, I64, PTR, constant, kind, memory_type, suffix, value_type
 from .transpose import load_row, store_row
@@ -397,6 +398,8 @@ class Instance:
         if k == "f":
             if op == "neg":
                 return b.fneg(x)
+            if op == "exp" and fastmath.applies(x.type):
+                return fastmath.exp(b, x)
             if op in ("exp", "log"):  # the others of LIBM: `libm` tries libmvec first
                 whole = vector_call(b, self.mc, op, [x])
                 if whole is not None:
@@ -569,18 +572,26 @@ class Instance:
         old, new = self.same_shape(old, new)
         return self.binary(op, old, new, dtype)
 
+    def unused_lanes_idle(self, combiner: str, value: ir.Value, dtype: str) -> ir.Value:
+        """The value as a vector whose lanes past those in use hold the combiner's
+        identity (a masked vector's other lanes compute undefined values)."""
+        assert self.lanes is not None
+        value = self.splat(value)
+        count = self.lanes.count
+        if self.lanes.used < count:
+            fill = self.splat(_constant(identity(combiner, dtype).item(), dtype))
+            used = constant(ir.VectorType(I1, count), [j < self.lanes.used for j in range(count)])
+            value = self.b.select(used, value, fill)
+        return value
+
     def reduce_lanes(self, combiner: str, value: ir.Value, dtype: str) -> ir.Value:
         """The lanes in use combined into one value (the others count as the combiner's
         identity), halving the vector at each step: a reduction along the vector loop
         (`shares_write`)."""
         assert self.lanes is not None
         b = self.b
-        value = self.splat(value)
+        value = self.unused_lanes_idle(combiner, value, dtype)
         count = self.lanes.count
-        if self.lanes.used < count:
-            fill = self.splat(_constant(identity(combiner, dtype).item(), dtype))
-            used = constant(ir.VectorType(I1, count), [j < self.lanes.used for j in range(count)])
-            value = b.select(used, value, fill)
         while count > 1:
             count //= 2
             low, high = (
@@ -589,6 +600,15 @@ class Instance:
             )
             value = self.combine(combiner, low, high, dtype)
         return b.extract_element(value, ir.Constant(I32, 0))
+
+
+def lane_accumulator(inst: Instance, combiner: str, first: ir.Value | None, dtype: str) -> ir.Value:
+    """A vector of the combiner's identity, with `first` in lane 0: the lanes of a
+    reduction along the vector loop kept apart until `reduce_lanes` combines them."""
+    value = inst.splat(_constant(identity(combiner, dtype).item(), dtype))
+    if first is None:
+        return value
+    return inst.b.insert_element(value, first, ir.Constant(I32, 0))
 
 
 def shares_write(stmt: Statement, lanes: Lanes | None, text: str) -> bool:

@@ -82,3 +82,16 @@ def test_default_schedule_vectorizes_softmax_sum_along_its_row() -> None:
         x = np.random.default_rng(width).standard_normal((8, width)).astype(np.float32)
         want = np.exp(x - x.max(1, keepdims=True)).sum(1)
         np.testing.assert_allclose(native.outputs({"X": x})["S"], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max"])
+def test_a_promoted_row_reduction_keeps_a_vector_of_partial_results(combiner: str) -> None:
+    """Along a promoted reduction loop the accumulator is a vector (its lanes combined
+    once, after the loop), not a scalar the lanes are combined into at every vector;
+    a scalar remainder piece adds into the same element."""
+    statement, reference = COMBINERS[combiner]
+    _, split = _schedules(statement, 70)
+    native = NativeKernel(split)
+    assert "alloca <16 x float>" in native.ir
+    x = np.random.default_rng(5).standard_normal((5, 70)).astype(np.float32)
+    np.testing.assert_allclose(native.outputs({"X": x})["S"], reference(x), rtol=2e-5)
