@@ -113,6 +113,13 @@ def _matrix_product(sketch: Sketch) -> dict[str, Any]:
     # (a padded domain's edge pieces start apart, and their masked vectors' accumulators
     # would overlap; a row along channels, as a global pool reads them, gathers each lane)
     contiguous = all(mentions(str(ld.index[-1]), vec_dim) for ld in vec_loads)
+    lane = sketch.lane_loop
+    if not contiguous and lane is not None and sketch.extent[lane] >= sketch.lanes:
+        # rows reduced along their contiguous dim (softmax's max, a norm's mean): the
+        # vectors load the row and their lanes reduce into its element, rather than
+        # gathering across rows
+        width = narrow_vector(sketch.extent[lane], sketch.lanes, not sketch.padded)
+        return {"vec_loop": lane, "vec": width, "block_loop": None, "pack": False}
     masked = not sketch.padded and contiguous
     width = narrow_vector(extent, sketch.lanes, masked)
     block, rows = register_block(vec_loads, sketch.spatial, sketch.dim_of, sketch.extent, config)

@@ -39,6 +39,7 @@ from polytile.poly.default.steps import (
     DefaultConfig,
     attempt,
     compute_prologue,
+    contiguous_reduction,
     epilogue,
     gather_inside,
     gathered_loops,
@@ -113,6 +114,9 @@ class Sketch:
             self.channels = conv_plan(kernel, config, streaming=True)
         #: the longest reduction loop, rfactored when the output has little parallelism
         self.rloop = max(self.reduce, key=lambda n: self.extent[n], default=None)
+        #: the reduction loop every operand of the main statement reads contiguously (a
+        #: softmax's or a norm's row): vectorized, its lanes reduce into one element
+        self.lane_loop = contiguous_reduction(self.main, self.reduce, dim_of)
         #: statements that may be inlined (one per temporary: the first of its writers)
         self.inlinable = _inlinable(kernel)
         self._inlined: dict[tuple[int, tuple[str, ...]], Schedule] = {}
@@ -136,7 +140,7 @@ class Sketch:
             [] if self.rloop is None else [f for f in RFACTORS if 4 * f <= self.extent[self.rloop]]
         )
         return {
-            "vec_loop": (None, *splittable),
+            "vec_loop": (None, *splittable, *([self.lane_loop] if self.lane_loop else [])),
             "vec": tuple(
                 w for w in VECTOR_WIDTHS if w <= self.lanes * self.config.row_vector_limit
             ),
@@ -274,9 +278,13 @@ class Sketch:
         vec = d["vec"]
         if vec_loop is not None and not conv:
             vec = narrow_vector(self.extent[vec_loop], vec, masked=not self.padded)
-        if d["pack"]:
+        lanes_reduce = vec_loop is not None and vec_loop in self.reduce
+        if d["pack"] and not lanes_reduce:
             schedule = self._pack(schedule, d, conv, vec)
-        if vec_loop is not None:
+        reduce_heads: list[str] = []
+        if lanes_reduce:  # the reduction's vector loop innermost, its tiles outside it
+            schedule, reduce_heads, vec_inner = self._block(schedule, vec_loop, vec)
+        elif vec_loop is not None:
             schedule, heads[vec_loop], vec_inner = self._block(schedule, vec_loop, vec)
         for which, size in (("block_loop", d["block"]), ("block2_loop", d["block2"])):
             loop = d[which]
@@ -319,7 +327,9 @@ class Sketch:
         for loop in self.reduce:
             if loop in low:
                 continue
-            if loop == d["rtile_loop"]:
+            if loop == vec_loop:
+                reduce_outer.extend(reduce_heads)
+            elif loop == d["rtile_loop"]:
                 schedule, parts = self._split(schedule, loop, d["rtile"])
                 reduce_outer.append(parts[0])
                 reduce_inner.extend(parts[1:])
@@ -341,7 +351,7 @@ class Sketch:
         if order != current or conv:  # the conv orientation states its order always
             schedule = attempt(schedule, lambda s: T.reorder(s, *order))
         current = [lp.name for lp in schedule.loops_of(main.name)]
-        reductions = {*reduce_outer, *reduce_inner, *low}
+        reductions = {*reduce_outer, *reduce_inner, *low, *(vec_inner if lanes_reduce else ())}
         schedule, above = split_init(schedule, main.name, current, reductions)
         spatial_outer = [n for n in above if n not in inner_block]
         if spatial_outer:

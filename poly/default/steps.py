@@ -16,7 +16,7 @@ import numpy as np
 from polytile.errors import IllegalSchedule
 from polytile.poly.ast.tiles import has_partial_tiles
 from polytile.poly.ir import isl_helpers as ih
-from polytile.poly.ir.expr import Const, loads
+from polytile.poly.ir.expr import Const, loads, walk
 from polytile.poly.ir.kernel import Kernel, Role, Statement, mentions
 from polytile.poly.ir.schedule import Loop, Schedule, loop_dims, statements_below
 from polytile.poly.transform import steps as T
@@ -108,6 +108,29 @@ def split_init(
 def depends(load_index: tuple, dim: str) -> bool:
     """Whether a load's index moves with `dim` (`2*oh + kh` does with oh)."""
     return any(mentions(str(i), dim) for i in load_index)
+
+
+def contiguous_reduction(
+    main: Statement, reduce: Sequence[str], dim_of: Mapping[str, str]
+) -> str | None:
+    """The reduction loop whose dim is the whole last index of every load of the main
+    statement that moves with it (x[n, c, k]: k), so that its vectors load rows, when
+    those loads also move with every output dim: each row is read for one output point
+    (a softmax's max, a norm's mean), not again for others (a matrix product's A·Bᵀ,
+    whose operands a register tile reuses)."""
+    spatial = [d for d in main.dims if d not in main.reduction_dims]
+    found = None
+    for loop in reduce:
+        dim = dim_of[loop]
+        moving = [ld for ld in loads(main.expr) if depends(ld.index, dim)]
+        if moving and all(
+            str(ld.index[-1]) == dim
+            and not depends(ld.index[:-1], dim)
+            and all(depends(ld.index, d) for d in spatial)
+            for ld in moving
+        ):
+            found = loop
+    return found
 
 
 def main_statement(kernel: Kernel) -> Statement:
@@ -350,7 +373,27 @@ def chained_epilogue(kernel: Kernel, main: Statement) -> list[str]:
         name
         for name in epilogue(kernel, main)
         if kernel.tensors[kernel.statement[name].tensor].role is Role.TEMP
+        and not repeats_costly_work(kernel, kernel.statement[name])
     ]
+
+
+#: operations that cost many times an add: inlined where their result is read several
+#: times, they would be computed again for each read
+COSTLY = frozenset({"exp", "log", "sqrt", "erf", "tanh", "sigmoid", "recip", "div", "pow"})
+
+
+def repeats_costly_work(kernel: Kernel, stmt: Statement) -> bool:
+    """Whether inlining `stmt` would compute its costly operations (`COSTLY`) again:
+    several statements read its result (softmax's exponentials, read by the sum and the
+    output), or a reader runs over more points (a reciprocal per row read by every
+    element of the row)."""
+    if not any(getattr(e, "op", None) in COSTLY for e in walk(stmt.expr)):
+        return False
+    readers = [
+        s for s in kernel.statements if any(ld.tensor == stmt.tensor for ld in loads(s.expr))
+    ]
+    volume = ih.box_volume(stmt.domain_set())
+    return len(readers) > 1 or any(ih.box_volume(r.domain_set()) > volume for r in readers)
 
 
 def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
@@ -359,7 +402,8 @@ def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
     MatMul): inlined into their reader, the chain is one pass over memory instead of one
     per operator; also into an elementwise main statement (SiLU's sigmoid and multiply).
     What a reduction reads is left alone: inlined, it would be computed again for every
-    point that reads it."""
+    point that reads it, unless it reads each point once (x² summed along a row for an
+    RMS norm: the statement then streams into the sum)."""
     before = kernel.statements[: [s.name for s in kernel.statements].index(main.name)]
     readers: dict[str, list[Statement]] = {}
     for s in kernel.statements:
@@ -377,12 +421,22 @@ def chained_prologue(kernel: Kernel, main: Statement) -> list[str]:
         if len(reads) != 1:
             continue
         reader = reads[0]
-        if reader.reduction or reader.init_of is not None:
+        if reader.init_of is not None or (reader.reduction and not _reads_once(reader, s)):
             continue
         if ih.box_volume(reader.domain_set()) != ih.box_volume(s.domain_set()):
             continue
         found.append(s.name)
     return found
+
+
+def _reads_once(reader: Statement, stmt: Statement) -> bool:
+    """Whether each of the reader's instances reads its own point of `stmt`'s result:
+    every load of it moves with every dim of the reader."""
+    return all(
+        all(depends(ld.index, d) for d in reader.dims)
+        for ld in loads(reader.expr)
+        if ld.tensor == stmt.tensor
+    )
 
 
 def default_inlines(kernel: Kernel, main: Statement) -> list[str]:

@@ -422,8 +422,10 @@ lowering("GlobalMaxPool")(lambda ctx: _global_pool(ctx, "max"))
 
 
 def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
-    """max-reduce along the axis into a temporary, sum-reduce exp(x - max), then
-    exp(x - max) / sum (or x - max - log(sum))."""
+    """max-reduce along the axis into a temporary; then for Softmax e = exp(x - max)
+    into a temporary, its sum, the sum's reciprocal per row and e times it (each exp
+    computed once, one division a row); for LogSoftmax the sum of exp(x - max) and
+    x - max - log(sum)."""
     x = ctx.input_type(0)
     axis = int(ctx.attr("axis", -1))  # type: ignore[arg-type]
     axis = axis + x.rank if axis < 0 else axis
@@ -436,25 +438,30 @@ def _softmax(ctx: LowerContext, log: bool) -> list[Statement]:
     peak = ctx.temp("max", outer_shape, stat)
     total = ctx.temp("sum", outer_shape, stat)
     shifted = binary("sub", value, ctx.load_temp(peak, outer))
-    statements = [
-        *reduction(
+    statements = list(
+        reduction(
             ctx, f"{ctx.node.name}_reduce_max", (outer, outer_shape), red, peak, outer, value, "max"
-        ),
-        *reduction(
-            ctx,
-            f"{ctx.node.name}_reduce_sum",
-            (outer, outer_shape),
-            red,
-            total,
-            outer,
-            unary("exp", shifted),
-            "sum",
-        ),
-    ]
+        )
+    )
+    summed: Expr = unary("exp", shifted)
+    if not log:
+        exps = ctx.temp("exp", x.shape, stat)
+        statements.append(
+            box_statement(ctx, ctx.statement_name(), dims, x.shape, exps, dims, summed)
+        )
+        summed = ctx.load_temp(exps, dims)
+    statements += reduction(
+        ctx, f"{ctx.node.name}_reduce_sum", (outer, outer_shape), red, total, outer, summed, "sum"
+    )
     if log:
         result = binary("sub", shifted, unary("log", ctx.load_temp(total, outer)))
     else:
-        result = binary("div", unary("exp", shifted), ctx.load_temp(total, outer))
+        scale = ctx.temp("scale", outer_shape, stat)
+        inverse = unary("recip", ctx.load_temp(total, outer))
+        statements.append(
+            box_statement(ctx, ctx.statement_name(), outer, outer_shape, scale, outer, inverse)
+        )
+        result = binary("mul", summed, ctx.load_temp(scale, outer))
     name = ctx.statement_name()
     statements.append(
         box_statement(ctx, name, dims, x.shape, ctx.output(), dims, as_dtype(result, x.dtype))

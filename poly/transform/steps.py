@@ -333,7 +333,13 @@ def _anchor_exprs(schedule: Schedule, stmt: str, path: tuple[Loop, ...], after: 
 
 
 def _place(
-    schedule: Schedule, stmt: str, loop: str, after: bool, position: str | None, kind: str
+    schedule: Schedule,
+    stmt: str,
+    loop: str,
+    after: bool,
+    position: str | None,
+    kind: str,
+    check: bool = True,
 ) -> Schedule:
     step = f"{kind}({stmt}, {loop})"
     target = schedule.loop(loop)
@@ -370,6 +376,8 @@ def _place(
     if position is not None:
         args["before"] = position
     result = schedule.with_step(new_body, Step(kind, args))
+    if not check:
+        return result
     check_order(result, step)
     return check_marks(result, step)
 
@@ -382,8 +390,27 @@ def compute_at(schedule: Schedule, stmt: str, loop: str) -> Schedule:
 
 def reverse_compute_at(schedule: Schedule, stmt: str, loop: str) -> Schedule:
     """Move a consumer under `loop`, computing each instance in the last iteration that
-    produces its inputs (after the loop's other statements)."""
-    return _place(schedule, stmt, loop, after=True, position=None, kind="reverse_compute_at")
+    produces its inputs (after the loop's other statements). A reduction takes its init
+    along, placed right before its nest (as TVM's blocks carry their init): left in a
+    nest of its own after the loop, it would run after the reduction."""
+    below = set(statements_below(schedule.loop(loop)))
+    inits = [
+        s.name
+        for s in schedule.kernel.statements
+        if s.init_of == stmt and s.name not in below and stmt not in below
+    ]
+    if not inits:
+        return _place(schedule, stmt, loop, after=True, position=None, kind="reverse_compute_at")
+    step = f"reverse_compute_at({stmt}, {loop})"
+    moved = _place(schedule, stmt, loop, after=True, position=None, kind="", check=False)
+    head = next((c for c in moved.loop(loop).body if stmt in statements_below(c)), None)
+    for init in inits:
+        before = head.name if isinstance(head, Loop) else None
+        moved = _place(moved, init, loop, after=False, position=before, kind="", check=False)
+    args = {"stmt": stmt, "loop": loop}
+    result = schedule.with_step(moved.body, Step("reverse_compute_at", args))
+    check_order(result, step)
+    return check_marks(result, step)
 
 
 def decompose_reduction(schedule: Schedule, stmt: str, loop: str) -> Schedule:
