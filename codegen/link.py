@@ -34,6 +34,7 @@ from polytile.frontend.ops.indexing import (
     out_of_range_message,
 )
 from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic import bounds_of as size_bounds
 from polytile.frontend.symbolic_graph import derived_sizes
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ir.deps import may_share
@@ -314,7 +315,9 @@ def _dynamic_layout(
         ),
         shared,
         counted,
+        {n: size_bounds(n) for n in named},
     )
+
     def arena(name: str) -> Slot:
         return Slot("dynamic", len(plan.sizes) + places.arena_index[name])
 

@@ -294,6 +294,13 @@ class CompiledModel:
             [(s.name, s.shape) for s in self.manifest.inputs],
             [a.shape for a in arrays],
         )
+        for size, value in named.items():
+            low, high = dynamic.bounds.get(size, (1, value))
+            if not low <= value <= high:
+                raise InputError(
+                    f"model '{self.manifest.name}': size '{size}' = {value} is outside the "
+                    f"bounds [{low}, {high}] the model was compiled for"
+                )
         return dynamic.table(named)
 
     def _fault(self, status: int, sizes: Mapping[str, int]) -> IndexOutOfRangeError:

@@ -141,6 +141,10 @@ def test_cnn_compiles_once_for_every_batch_and_image_size(
     _no_compiling(monkeypatch)
     for shape in [(1, 3, 32, 32), (2, 3, 17, 9), (1, 3, 4, 4), (3, 3, 40, 23)]:
         _check(model, compiled, shape)
+    # sizes outside the bounds its schedules were proven for are refused, named
+    x = np.zeros((1, 3, 3, 32), np.float32)
+    with pytest.raises(InputError, match=r"size 'h' = 3 is outside the bounds \[4, 64\]"):
+        compiled.run({compiled.input_names[0]: x})
 
 
 def test_a_saved_dynamic_model_serves_every_size(tmp_path: Path) -> None:
