@@ -44,6 +44,7 @@ from polytile.poly.lower.base import extent
 
 from . import cache
 from .dynamic import ArenaTensor, DynamicPlan
+from .dynamic_plan import plan_module
 from .jit import Part, compile_parts, finalize, forked_map
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
@@ -143,8 +144,18 @@ def link(
         dynamic=placed.dynamic is not None,
     )
     texts = [finalize(entry.module, target), *emitted.texts]
+    if placed.dynamic is not None:  # the memory plan per call, native (`dynamic_plan`)
+        ins, outs = (
+            [_texts(graph.types[n].shape) for n in names] for names in (graph.inputs, graph.outputs)
+        )
+        texts.append(finalize(plan_module(placed.dynamic, ins, outs), target))
     parts = compile_parts(texts, target, workers)
     return Linked(placed, tuple(parts), len(emitted.texts))
+
+
+def _texts(shape: Sequence[object]) -> tuple[int | str, ...]:
+    """A shape with its symbolic sizes as `Dim` texts."""
+    return tuple(str(d) if isinstance(d, Dim) else int(d) for d in shape)  # type: ignore[call-overload]
 
 
 #: distinct kernels below which emitting them serially beats forking workers

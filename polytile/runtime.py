@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from polytile.codegen.c_header import c_header, constant_offsets
-from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
-from polytile.codegen.dynamic_plan import plan_module
+from polytile.codegen.dynamic import PLANS_KEPT, DynamicPlan, bind, shape_at
+from polytile.codegen.dynamic_plan import PLAN, TABLE_LENGTH, plan_module
 from polytile.codegen.jit import (
     JitModule,
     Part,
@@ -172,6 +172,8 @@ _ARGS = (ctypes.c_void_p,) * 4
 _Entry = ctypes.CFUNCTYPE(ctypes.c_int32, *_ARGS)
 _LegacyEntry = ctypes.CFUNCTYPE(None, *_ARGS)
 _DynamicEntry = ctypes.CFUNCTYPE(ctypes.c_int32, *_ARGS, ctypes.c_void_p)
+#: `polytile_plan(sizes, table)`: the arena bytes, or a negative error
+_Planner = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class CompiledModel:
@@ -196,6 +198,13 @@ class CompiledModel:
         self._entry = kind(jit.address(manifest.entry))
         if manifest.dynamic is not None:
             self._entry = _DynamicEntry(jit.address(manifest.entry))
+        #: the native memory plan of a model compiled for all sizes (`dynamic_plan`;
+        #: a model saved without one plans in Python) and its plans by sizes
+        self._planner: Any = None
+        self._plans: dict[tuple[int, ...], tuple[np.ndarray, int, dict[str, int]]] = {}
+        if manifest.dynamic is not None and jit.global_address(TABLE_LENGTH):
+            self._planner = _Planner(jit.address(PLAN))
+            self._table_length = ctypes.c_int64.from_address(jit.global_address(TABLE_LENGTH))
         self._lock = threading.Lock()
         self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
@@ -301,7 +310,24 @@ class CompiledModel:
                     f"model '{self.manifest.name}': size '{size}' = {value} is outside the "
                     f"bounds [{low}, {high}] the model was compiled for"
                 )
-        return dynamic.table(named)
+        if self._planner is None:
+            return dynamic.table(named)
+        key = tuple(named[n] for n in dynamic.named)
+        found = self._plans.get(key)
+        if found is None:
+            table = np.zeros(max(1, self._table_length.value), np.int64)
+            sizes = np.array(key, np.int64)
+            arena = self._planner(sizes.ctypes.data, table.ctypes.data)
+            if arena < 0:
+                raise InputError(
+                    f"model '{self.manifest.name}': at sizes {named} its tensors need more "
+                    "bytes than 64-bit offsets hold"
+                )
+            table.flags.writeable = False
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.pop(next(iter(self._plans)))
+            found = self._plans[key] = (table, int(arena), dynamic.values(named))
+        return found
 
     def _fault(self, status: int, sizes: Mapping[str, int]) -> IndexOutOfRangeError:
         """The error of failed check `status - 1`, from the position and value the
@@ -492,9 +518,9 @@ class CompiledModel:
         when a byte count overflows. `int32_t polytile_input_shape(int32_t index, const
         int64_t *table, int64_t *dims)` and `polytile_output_shape` (same arguments) put a
         tensor's shape at those sizes in `dims` and return its rank (-1: no such
-        tensor). `polytile_run` then takes the table as a fifth argument. The library
-        places tensors in orders fixed at export (`codegen.dynamic_plan`), so its arena
-        may be larger than the one `run` plans at the same sizes."""
+        tensor). `polytile_run` then takes the table as a fifth argument. The plan is
+        the one `run` makes (`codegen.dynamic_plan`: tensors placed in a few orders
+        fixed at compile time, the one needing the fewest bytes kept)."""
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "
@@ -503,7 +529,7 @@ class CompiledModel:
         out = Path(path)
         objects = [recompile_part(p.bitcode, self.target, pic=True).obj for p in self._parts]
         dynamic = self.manifest.dynamic
-        if dynamic is not None:
+        if dynamic is not None and self._planner is None:  # (compiled with the model since)
             inputs = [s.shape for s in self.manifest.inputs]
             module = plan_module(dynamic, inputs, [s.shape for s in self.manifest.outputs])
             objects.append(compile_part(finalize(module, self.target), self.target, True).obj)

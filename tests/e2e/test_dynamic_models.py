@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import polytile as pt
 import polytile.compiler
 from polytile import zoo
+from polytile.codegen.dynamic import DynamicPlan
 from polytile.errors import IndexOutOfRangeError, InputError, PolytileError
 from polytile.poly.default.schedule import representative_sizes
 
@@ -145,6 +146,20 @@ def test_cnn_compiles_once_for_every_batch_and_image_size(
     x = np.zeros((1, 3, 3, 32), np.float32)
     with pytest.raises(InputError, match=r"size 'h' = 3 is outside the bounds \[4, 64\]"):
         compiled.run({compiled.input_names[0]: x})
+
+
+def test_the_memory_plan_of_a_new_size_is_native_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new size's plan comes from the model's own `polytile_plan` (microseconds), not
+    from planning in Python; its arena holds every live tensor apart (the outputs match)."""
+    compiled = _attention()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("planned in Python")
+
+    monkeypatch.setattr(DynamicPlan, "table", refuse)
+    for shape in [(1, 9, 64), (3, 21, 64), (2, 64, 64)]:
+        _check(attention_model(), compiled, shape)
+    assert len(compiled._plans) == 3
 
 
 def test_a_saved_dynamic_model_serves_every_size(tmp_path: Path) -> None:
