@@ -34,7 +34,7 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
     `separate`). Parallel loops are left whole (one outlined loop per thread team)."""
     bands = _bands(tree)
     domain = tree.get_domain()
-    original = tree
+    prefixes = _Prefixes(tree)
     rows: list[tuple[Path, isl.Set]] | None = None  # worked out once a band needs them
     isolated: list[tuple[Path, isl.Set]] = []
     for path, _loop, annotation in bands:
@@ -44,10 +44,10 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
         if not inner:
             continue
         band = _at(tree, path)
-        outer = _prefix(band, domain)
+        outer = prefixes.outer(path)
         whole = isl.Set.from_union_set(outer.range())
         region = whole
-        partial = _partial(tree, outer, inner)
+        partial = _partial(prefixes, outer, inner)
         # partial tiles of a loop fused through a modulo stay: isolating those multiplies
         # isl's pieces (and the AST check's work) for little gain
         if (
@@ -60,7 +60,7 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
             region = region.subtract(partial)
         if rows is None:  # symbolic sizes leave no border constant: not set apart
             symbolic = domain.get_space().dim(isl.dim_type.param) > 0
-            rows = [] if symbolic else _partial_rows(original, bands, domain)
+            rows = [] if symbolic else _partial_rows(prefixes, bands)
         border = _window_border(path, rows, whole)
         if border is not None:
             interior = region.subtract(border)
@@ -77,7 +77,7 @@ def isolate_full_tiles(tree: isl.Schedule) -> isl.Schedule:
 
 
 def _partial_rows(
-    tree: isl.Schedule, bands: list[tuple[Path, str, str]], domain: isl.UnionSet
+    prefixes: _Prefixes, bands: list[tuple[Path, str, str]]
 ) -> list[tuple[Path, isl.Set]]:
     """Each unrolled loop whose inner loops run fewer times somewhere, with where (its
     prefix values): worked out once, for every loop above it to look at."""
@@ -86,7 +86,7 @@ def _partial_rows(
         if annotation != "unroll":
             continue
         inner = [p for p, _, _ in bands if _below(p, path)]
-        region = _partial(tree, _prefix(_at(tree, path), domain), inner)
+        region = _partial(prefixes, prefixes.outer(path), inner)
         if region is not None and not ih.has_divs(region):
             found.append((path, region))
     return found
@@ -127,20 +127,40 @@ def has_partial_tiles(schedule: Schedule, loop: str) -> bool:
     inner = [p for p, _, a in bands if a in CONSTANT_TRIPS and _below(p, path)]
     if not inner:
         return False
-    return _partial(tree, _prefix(_at(tree, path), tree.get_domain()), inner) is not None
+    prefixes = _Prefixes(tree)
+    return _partial(prefixes, prefixes.outer(path), inner) is not None
 
 
-def _prefix(band: isl.ScheduleNode, domain: isl.UnionSet) -> isl.UnionMap:
-    """Each instance below the band → the values of the band and the loops outside it."""
-    return band.child(0).get_prefix_schedule_union_map().intersect_domain(domain)
+class _Prefixes:
+    """The prefix schedules of a tree's bands by path, each worked out once: every serial
+    band above a vector or unrolled loop compares its own with that loop's. Setting a
+    band's AST options leaves them as they are, so they serve the tree as it is isolated."""
+
+    def __init__(self, tree: isl.Schedule) -> None:
+        self.tree = tree
+        self.domain = tree.get_domain()
+        self._inner: dict[Path, isl.UnionMap] = {}
+        self._outer: dict[Path, isl.UnionMap] = {}
+
+    def inner(self, path: Path) -> isl.UnionMap:
+        """Each instance below the band at `path` → the values of it and the loops outside."""
+        if path not in self._inner:
+            self._inner[path] = _at(self.tree, path).child(0).get_prefix_schedule_union_map()
+        return self._inner[path]
+
+    def outer(self, path: Path) -> isl.UnionMap:
+        """`inner`, restricted to the domain's instances."""
+        if path not in self._outer:
+            self._outer[path] = self.inner(path).intersect_domain(self.domain)
+        return self._outer[path]
 
 
-def _partial(tree: isl.Schedule, outer: isl.UnionMap, inner: list[Path]) -> isl.Set | None:
+def _partial(prefixes: _Prefixes, outer: isl.UnionMap, inner: list[Path]) -> isl.Set | None:
     """The values of a band (`outer`: its prefix schedule) where a loop at one of the
     `inner` paths runs less than its whole trip count; None when there are none."""
     partial: isl.Set | None = None
     for p in inner:
-        found = ih.partial_trip_region(outer, _at(tree, p).child(0).get_prefix_schedule_union_map())
+        found = ih.partial_trip_region(outer, prefixes.inner(p))
         if found is not None and not found.is_empty():
             partial = found if partial is None else partial.union(found)
     return partial.coalesce() if partial is not None else None
