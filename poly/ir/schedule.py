@@ -317,19 +317,41 @@ def reversed_dependences(schedule: Schedule) -> isl.UnionMap:
 def carried(schedule: Schedule, name: str, include_reductions: bool = True) -> isl.UnionMap:
     """Dependences carried by loop `name`: same values of the enclosing loops, different
     values of this one."""
-    loop = schedule.loop(name)
-    outer = schedule.enclosing(name)
+    return _carried(schedule, _LoopPairs.of(schedule, name), include_reductions)
+
+
+@dataclass(frozen=True)
+class _LoopPairs:
+    """What `carried` compares dependences with for one loop, worked out once for the
+    checks that ask about the loop with and without reductions: the instances under it,
+    the pairs of them at the same values of the enclosing loops (None: there are none),
+    and the pairs at the same values of the loop too."""
+
+    under: isl.UnionSet
+    together: isl.UnionMap | None
+    same: isl.UnionMap
+
+    @staticmethod
+    def of(schedule: Schedule, name: str) -> _LoopPairs:
+        loop = schedule.loop(name)
+        outer = schedule.enclosing(name)
+        inside = _outer_map(schedule, (*outer, loop), loop)
+        together = None
+        if outer:
+            prefix = _outer_map(schedule, outer, loop)
+            together = prefix.apply_range(prefix.reverse())
+        return _LoopPairs(inside.domain(), together, inside.apply_range(inside.reverse()))
+
+
+def _carried(schedule: Schedule, pairs: _LoopPairs, include_reductions: bool) -> isl.UnionMap:
     deps = schedule.kernel.dependences
     relation = deps.ordering()
     if include_reductions:
         relation = relation.union(deps.reduction)
-    inside = _outer_map(schedule, (*outer, loop), loop)
-    relation = relation.intersect_domain(inside.domain()).intersect_range(inside.domain())
-    if outer:
-        prefix = _outer_map(schedule, outer, loop)
-        relation = relation.intersect(prefix.apply_range(prefix.reverse()))
-    same = inside.apply_range(inside.reverse())
-    return relation.subtract(same)
+    relation = relation.intersect_domain(pairs.under).intersect_range(pairs.under)
+    if pairs.together is not None:
+        relation = relation.intersect(pairs.together)
+    return relation.subtract(pairs.same)
 
 
 def _outer_map(schedule: Schedule, outer: tuple[Loop, ...], loop: Loop) -> isl.UnionMap:
@@ -370,7 +392,9 @@ def check_vectorizable(schedule: Schedule, name: str, step: str) -> None:
     reduction into an element all its iterations share (`S[i] += X[i, j]` along j):
     codegen gives such a reduction one partial result a lane and combines the lanes at
     the end (reassociating it, as any blocked reduction)."""
-    if carried(schedule, name, include_reductions=False).is_empty():
+    pairs = _LoopPairs.of(schedule, name)
+    deps: isl.UnionMap | None = None
+    if _carried(schedule, pairs, include_reductions=False).is_empty():
         loop = schedule.loop(name)
         shared: list[str] = []
 
@@ -381,11 +405,14 @@ def check_vectorizable(schedule: Schedule, name: str, step: str) -> None:
             if stmt.reduction is None or any(mentions(i, d) for i in stmt.index for d in dims):
                 shared.append(stmt.name)
 
-        deps = carried(schedule, name, include_reductions=True)
+        deps = _carried(schedule, pairs, include_reductions=True)
         deps.foreach_map(check)
         if not shared:
             return
-    check_not_carried(schedule, name, step)
+    if deps is None:
+        deps = _carried(schedule, pairs, include_reductions=True)
+    if not deps.is_empty():  # `check_not_carried`, on the pairs at hand
+        raise IllegalSchedule(f"{step}: loop {name} carries the dependence {_sample(deps)}")
 
 
 def check_marks(schedule: Schedule, step: str) -> Schedule:
