@@ -52,6 +52,10 @@ from .runtime import CompiledModel, IOSpec, Manifest
 #: distinct kernels below which scheduling them serially beats forking workers
 PARALLEL_SCHEDULE = 8
 
+#: what scheduling one distinct kernel gives: its schedule and checked AST, its schedule
+#: moved onto each identical group (`transplant`), and the warnings raised meanwhile
+Scheduled = tuple[Schedule, AstNode, list[Schedule], list[tuple[type[Warning], str]]]
+
 
 @dataclass
 class CompileStats:
@@ -149,37 +153,40 @@ def _compile(
     t1 = time.perf_counter()
     workloads = [k.workload_key() for k in kernels]
     first: dict[str, int] = {}
+    copies: dict[str, list[int]] = {}  # the later groups of each workload
     for step, key in enumerate(workloads):
-        first.setdefault(key, step)
+        if first.setdefault(key, step) != step:
+            copies.setdefault(key, []).append(step)
     jobs = list(first.values())
 
     sizes = representative_sizes(graph)
 
-    def schedule_one(job: int) -> tuple[Schedule, AstNode, list[tuple[type[Warning], str]]]:
+    def schedule_one(job: int) -> Scheduled:
         kernel = kernels[jobs[job]]
+        key = workloads[jobs[job]]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            chosen = replay_record(kernel, tuned.get(workloads[jobs[job]]))
+            chosen = replay_record(kernel, tuned.get(key))
             default = None if chosen else default_schedule(kernel, config, sizes)
             schedule, ast = _verified(chosen or default)  # type: ignore[arg-type]
-        return schedule, ast, [(w.category, str(w.message)) for w in caught]
+            # identical groups: the same loops on their own weights
+            moved = [transplant(schedule, kernels[step]) for step in copies.get(key, ())]
+        return schedule, ast, moved, [(w.category, str(w.message)) for w in caught]
 
     # scheduling is Python and isl work: forked workers take distinct kernels side by side
     workers = None if len(jobs) >= PARALLEL_SCHEDULE else 1
     scheduled = dict(zip(jobs, forked_map(schedule_one, len(jobs), workers), strict=True))
-    schedules: list[Schedule] = []
-    asts: list[AstNode | None] = []
-    for step, (kernel, key) in enumerate(zip(kernels, workloads, strict=True)):
-        if step in scheduled:
-            schedule, ast, caught = scheduled[step]
-            for category, message in caught:  # the worker's warnings, raised here
-                warnings.warn(message, category, stacklevel=2)
-            schedules.append(schedule)
-            asts.append(ast)
-        else:  # an identical group: same loops, its own weights
-            schedules.append(transplant(scheduled[first[key]][0], kernel))
-            asts.append(None)
-        if progress is not None:
+    found: dict[int, tuple[Schedule, AstNode | None]] = {}
+    for step, (schedule, ast, moved, caught) in scheduled.items():
+        for category, message in caught:  # the worker's warnings, raised here
+            warnings.warn(message, category, stacklevel=2)
+        found[step] = (schedule, ast)
+        key = workloads[step]
+        found.update((s, (m, None)) for s, m in zip(copies.get(key, ()), moved, strict=True))
+    schedules = [found[step][0] for step in range(len(kernels))]
+    asts = [found[step][1] for step in range(len(kernels))]
+    if progress is not None:
+        for step in range(len(kernels)):
             progress(step + 1, len(parts.groups))
     stats.schedule += time.perf_counter() - t1
     checks = index_bounds(graph, parts.groups)
