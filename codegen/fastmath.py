@@ -1,4 +1,5 @@
-"""exp of float32 values as inline arithmetic, for whole vectors and scalars alike.
+"""exp and erf of float32 values as inline arithmetic, for whole vectors and scalars
+alike.
 
 Softmax, sigmoid (SiLU, Swish), ELU and the normalizations spend most of their time in
 exp. A libmvec call (`codegen.vecmath`) is opaque to LLVM: each vector pays a call,
@@ -16,6 +17,9 @@ below 2^-125.5 (x < -86.99, near float32's smallest normal) flush to 0, as code
 running with flush-to-zero would give them. Within 2 ulp of the exact result elsewhere
 (`tests/codegen/test_fastmath.py` checks 4 against float64 numpy, the bound
 `codegen.vecmath` is held to); NaN passes through.
+
+erf (GELU) is Eigen's rational approximation x P(x^2) / Q(x^2) on [-4, 4] (outside,
+erf is ±1 in float32): 12 multiply-adds and a division.
 
 Scalar code uses the same arithmetic, so the remainder lanes of a row that vector code
 leaves to scalar code get the bits its vector lanes would have.
@@ -51,13 +55,39 @@ POLYNOMIAL = tuple(
         1.0,
     )
 )
+#: erf's numerator (odd: times x) and denominator polynomials in x^2, highest degree
+#: first, and the bound past which erf is ±1 in float32 (Eigen's coefficients)
+ERF_NUMERATOR = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+ERF_DENOMINATOR = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
+ERF_BOUND = 4.0
 #: float32's mantissa bits
 MANTISSA = 23
 FLAGS = ("contract",)
 
 
-def applies(ty: ir.Type) -> bool:
-    """Whether `exp` of values of this type is computed here (float32, scalar or vector)."""
+#: the functions computed here
+FUNCTIONS = ("exp", "erf")
+
+
+def applies(name: str, ty: ir.Type) -> bool:
+    """Whether function `name` of values of this type is computed here (float32, scalar
+    or vector)."""
+    if name not in FUNCTIONS:
+        return False
     element = ty.element if isinstance(ty, ir.VectorType) else ty
     return isinstance(element, ir.FloatType)
 
@@ -78,9 +108,31 @@ def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     n = b.fsub(t, shifter)  # n + 126 - 126, exactly
     r = b.fsub(clamped, b.fmul(n, constant(ty, LN2_HIGH), flags=FLAGS), flags=FLAGS)
     r = b.fsub(r, b.fmul(n, constant(ty, LN2_LOW), flags=FLAGS), flags=FLAGS)
-    y = constant(ty, POLYNOMIAL[0])
-    for c in POLYNOMIAL[1:]:
-        y = b.fadd(b.fmul(y, r, flags=FLAGS), constant(ty, c), flags=FLAGS)
+    y = _polynomial(b, r, POLYNOMIAL)
     ity = _int_type(ty)
     scale = b.bitcast(b.shl(b.bitcast(t, ity), constant(ity, MANTISSA)), ty)
     return b.fmul(y, scale)
+
+
+def _polynomial(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+    """The polynomial at x by Horner's rule (coefficients highest degree first)."""
+    y = constant(x.type, coefficients[0])
+    for c in coefficients[1:]:
+        y = b.fadd(b.fmul(y, x, flags=FLAGS), constant(x.type, c), flags=FLAGS)
+    return y
+
+
+def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """erf(x) of float32 `x`, scalar or vector."""
+    ty = x.type
+    low, high = constant(ty, -ERF_BOUND), constant(ty, ERF_BOUND)
+    clamped = b.select(b.fcmp_ordered("<", x, low), low, x)
+    clamped = b.select(b.fcmp_ordered(">", clamped, high), high, clamped)
+    square = b.fmul(clamped, clamped)
+    numerator = b.fmul(clamped, _polynomial(b, square, ERF_NUMERATOR))
+    return b.fdiv(numerator, _polynomial(b, square, ERF_DENOMINATOR))
+
+
+def call(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+    """Function `name` (one of `FUNCTIONS`) of x."""
+    return {"exp": exp, "erf": erf}[name](b, x)

@@ -398,8 +398,8 @@ class Instance:
         if k == "f":
             if op == "neg":
                 return b.fneg(x)
-            if op == "exp" and fastmath.applies(x.type):
-                return fastmath.exp(b, x)
+            if fastmath.applies(op, x.type):
+                return fastmath.call(b, op, x)
             if op in ("exp", "log"):  # the others of LIBM: `libm` tries libmvec first
                 whole = vector_call(b, self.mc, op, [x])
                 if whole is not None:
@@ -579,7 +579,7 @@ class Instance:
         value = self.splat(value)
         count = self.lanes.count
         if self.lanes.used < count:
-            fill = self.splat(_constant(identity(combiner, dtype).item(), dtype))
+            fill = self.splat(_constant(np.asarray(identity(combiner, dtype)).item(), dtype))
             used = constant(ir.VectorType(I1, count), [j < self.lanes.used for j in range(count)])
             value = self.b.select(used, value, fill)
         return value
@@ -605,7 +605,7 @@ class Instance:
 def lane_accumulator(inst: Instance, combiner: str, first: ir.Value | None, dtype: str) -> ir.Value:
     """A vector of the combiner's identity, with `first` in lane 0: the lanes of a
     reduction along the vector loop kept apart until `reduce_lanes` combines them."""
-    value = inst.splat(_constant(identity(combiner, dtype).item(), dtype))
+    value = inst.splat(_constant(np.asarray(identity(combiner, dtype)).item(), dtype))
     if first is None:
         return value
     return inst.b.insert_element(value, first, ir.Constant(I32, 0))
