@@ -1,5 +1,5 @@
-"""exp and erf of float32 values as inline arithmetic, for whole vectors and scalars
-alike.
+"""exp, erf and tanh of float32 values as inline arithmetic, for whole vectors and
+scalars alike.
 
 Softmax, sigmoid (SiLU, Swish), ELU and the normalizations spend most of their time in
 exp. A libmvec call (`codegen.vecmath`) is opaque to LLVM: each vector pays a call,
@@ -18,8 +18,9 @@ running with flush-to-zero would give them. Within 2 ulp of the exact result els
 (`tests/codegen/test_fastmath.py` checks 4 against float64 numpy, the bound
 `codegen.vecmath` is held to); NaN passes through.
 
-erf (GELU) is Eigen's rational approximation x P(x^2) / Q(x^2) on [-4, 4] (outside,
-erf is ±1 in float32): 12 multiply-adds and a division.
+erf (GELU) and tanh (GELU's tanh form) are Eigen's rational approximations
+x P(x^2) / Q(x^2), clamped where the function is ±1 in float32: a dozen multiply-adds
+and a division; tanh of |x| below 0.0004 is x.
 
 Scalar code uses the same arithmetic, so the remainder lanes of a row that vector code
 leaves to scalar code get the bits its vector lanes would have.
@@ -74,13 +75,31 @@ ERF_DENOMINATOR = (
     -1.42647390514189e-02,
 )
 ERF_BOUND = 4.0
+#: tanh's, likewise, the bound and the magnitude below which tanh(x) is x in float32
+TANH_NUMERATOR = (
+    -2.76076847742355e-16,
+    2.00018790482477e-13,
+    -8.60467152213735e-11,
+    5.12229709037114e-08,
+    1.48572235717979e-05,
+    6.37261928875436e-04,
+    4.89352455891786e-03,
+)
+TANH_DENOMINATOR = (
+    1.19825839466702e-06,
+    1.18534705686654e-04,
+    2.26843463243900e-03,
+    4.89352518554385e-03,
+)
+TANH_BOUND = 7.90531110763549805
+TANH_TINY = 0.0004
 #: float32's mantissa bits
 MANTISSA = 23
 FLAGS = ("contract",)
 
 
 #: the functions computed here
-FUNCTIONS = ("exp", "erf")
+FUNCTIONS = ("exp", "erf", "tanh")
 
 
 def applies(name: str, ty: ir.Type) -> bool:
@@ -122,17 +141,32 @@ def _polynomial(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -
     return y
 
 
-def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """erf(x) of float32 `x`, scalar or vector."""
+def _rational(
+    b: ir.IRBuilder, x: ir.Value, bound: float, numerator: tuple, denominator: tuple
+) -> ir.Value:
+    """x P(x^2) / Q(x^2) of x clamped to [-bound, bound] (NaN stays NaN)."""
     ty = x.type
-    low, high = constant(ty, -ERF_BOUND), constant(ty, ERF_BOUND)
+    low, high = constant(ty, -bound), constant(ty, bound)
     clamped = b.select(b.fcmp_ordered("<", x, low), low, x)
     clamped = b.select(b.fcmp_ordered(">", clamped, high), high, clamped)
     square = b.fmul(clamped, clamped)
-    numerator = b.fmul(clamped, _polynomial(b, square, ERF_NUMERATOR))
-    return b.fdiv(numerator, _polynomial(b, square, ERF_DENOMINATOR))
+    top = b.fmul(clamped, _polynomial(b, square, numerator))
+    return b.fdiv(top, _polynomial(b, square, denominator))
+
+
+def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """erf(x) of float32 `x`, scalar or vector."""
+    return _rational(b, x, ERF_BOUND, ERF_NUMERATOR, ERF_DENOMINATOR)
+
+
+def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """tanh(x) of float32 `x`, scalar or vector."""
+    value = _rational(b, x, TANH_BOUND, TANH_NUMERATOR, TANH_DENOMINATOR)
+    tiny = constant(x.type, TANH_TINY)
+    small = b.and_(b.fcmp_ordered("<", x, tiny), b.fcmp_ordered(">", x, b.fneg(tiny)))
+    return b.select(small, x, value)
 
 
 def call(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
     """Function `name` (one of `FUNCTIONS`) of x."""
-    return {"exp": exp, "erf": erf}[name](b, x)
+    return {"exp": exp, "erf": erf, "tanh": tanh}[name](b, x)

@@ -1,8 +1,8 @@
-"""float32 exp and erf as inline arithmetic (`codegen.fastmath`): exp within 4 ulp of
-numpy's float64 exp over its whole finite range (results below 2^-125.5 flush to 0),
-erf within 4.5 (the bound libmvec is held to), special values alike, scalar code bit for
-bit equal to vector code, and kernels using them (Exp, Sigmoid, Softmax, Erf) call no
-library function for them."""
+"""float32 exp, erf and tanh as inline arithmetic (`codegen.fastmath`): exp within 4 ulp
+of numpy's float64 exp over its whole finite range (results below 2^-125.5 flush to 0),
+erf and tanh within 4.5 (the bound libmvec is held to), special values alike, scalar
+code bit for bit equal to vector code, and kernels using them (Exp, Sigmoid, Softmax,
+Erf, Tanh) call no library function for them."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_special_values() -> None:
     assert np.isnan(got[np.isnan(x)]).all()
 
 
-@pytest.mark.parametrize("name", ["exp", "erf"])
+@pytest.mark.parametrize("name", ["exp", "erf", "tanh"])
 @pytest.mark.parametrize("lanes", [1, 4, 8])
 def test_scalar_and_narrow_vectors_give_the_wide_vectors_bits(lanes: int, name: str) -> None:
     x = (np.random.default_rng(3).standard_normal(64) * 30).astype(np.float32)
@@ -89,19 +89,20 @@ def test_scalar_and_narrow_vectors_give_the_wide_vectors_bits(lanes: int, name: 
     np.testing.assert_array_equal(run(exp_function(lanes, name), x), wide)
 
 
-@pytest.mark.parametrize("scale", [1e-5, 0.3, 1.0, 3.0, 10.0])
-def test_erf_within_4_and_a_half_ulp_of_numpy(scale: float) -> None:
-    jit = exp_function(16, "erf")
+@pytest.mark.parametrize("name", ["erf", "tanh"])
+@pytest.mark.parametrize("scale", [1e-5, 1e-3, 0.3, 1.0, 3.0, 10.0])
+def test_erf_and_tanh_within_4_and_a_half_ulp_of_numpy(scale: float, name: str) -> None:
+    jit = exp_function(16, name)
     rng = np.random.default_rng(int(scale * 10))
     for _ in range(20):
         x = (rng.standard_normal(64) * scale).astype(np.float32)
-        within_ulps(run(jit, x), NUMPY["erf"](x.astype(np.float64)), "float32", 4.5)
+        within_ulps(run(jit, x), NUMPY[name](x.astype(np.float64)), "float32", 4.5)
     # (a subnormal x keeps few bits through x P(x^2): left out)
     normal = [v for v in SPECIAL if not 0 < abs(v) < np.finfo(np.float32).tiny]
     x = np.resize(np.array(normal, np.float32), 64)
     got = run(jit, x)
     with np.errstate(all="ignore"):
-        within_ulps(got, NUMPY["erf"](x.astype(np.float64)), "float32", 4.5)
+        within_ulps(got, NUMPY[name](x.astype(np.float64)), "float32", 4.5)
     assert np.isnan(got[np.isnan(x)]).all()
 
 
@@ -111,6 +112,7 @@ def test_erf_within_4_and_a_half_ulp_of_numpy(scale: float) -> None:
         ("Exp", {}, np.exp),
         ("Sigmoid", {}, lambda x: 1.0 / (1.0 + np.exp(-x))),
         ("Erf", {}, NUMPY["erf"]),
+        ("Tanh", {}, np.tanh),
         (
             "Softmax",
             {"axis": -1},
@@ -125,7 +127,7 @@ def test_kernels_compute_exp_inline(op: str, attrs: dict, numpy, vector_math: bo
     schedule = default_schedule(k, DefaultConfig(vector_width=16))
     target = dataclasses.replace(host(), vector_math=vector_math)
     native = NativeKernel(schedule, target)
-    called = [c for c in CALLED.findall(native.ir) if "exp" in c or "erf" in c]
+    called = [c for c in CALLED.findall(native.ir) if any(f in c for f in fastmath.FUNCTIONS)]
     assert not called
     x = (np.random.default_rng(1).standard_normal((3, 37)) * 4).astype(np.float32)
     (got,) = native.outputs({"x": x}).values()
