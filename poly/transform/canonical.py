@@ -23,6 +23,11 @@ def _fresh(prefix: str, index: int, taken: set[str]) -> str:
     return name
 
 
+#: a tuple name in an isl text (`s3[` in `{ s3[i, j] : ... }`): one compiled pattern for
+#: every statement (a pattern per name misses `re`'s cache on large models)
+_TUPLE_NAME = re.compile(r"(?<![\w.])([A-Za-z_][\w]*)\[")
+
+
 def canonicalize(kernel: Kernel) -> tuple[Kernel, Mapping[str, str]]:
     """The kernel with tensors named t0, t1, ... and statements s0, s1, ... in order; also
     the renaming (old name → new name) of both."""
@@ -36,7 +41,7 @@ def canonicalize(kernel: Kernel) -> tuple[Kernel, Mapping[str, str]]:
         return None
 
     def domain(text: str, old: str, new: str) -> str:
-        return re.sub(rf"(?<![\w.]){re.escape(old)}\[", f"{new}[", text)
+        return _TUPLE_NAME.sub(lambda m: f"{new}[" if m.group(1) == old else m.group(0), text)
 
     statements = tuple(
         Statement(
