@@ -157,9 +157,10 @@ def test_the_memory_plan_of_a_new_size_is_native_code(monkeypatch: pytest.Monkey
         raise AssertionError("planned in Python")
 
     monkeypatch.setattr(DynamicPlan, "table", refuse)
-    for shape in [(1, 9, 64), (3, 21, 64), (2, 64, 64)]:
+    shapes = [(1, 9, 64), (3, 21, 64), (2, 63, 64)]
+    for shape in shapes:
         _check(attention_model(), compiled, shape)
-    assert len(compiled._plans) == 3
+    assert {shape[:2] for shape in shapes} <= set(compiled._plans)
 
 
 def test_a_saved_dynamic_model_serves_every_size(tmp_path: Path) -> None:
