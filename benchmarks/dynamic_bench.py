@@ -5,8 +5,10 @@ each size and against onnxruntime. Writes benchmarks/results/dynamic-CPU.{json,m
 Per model: the compile time of the dynamic model and of a static one (at the model's
 first size), and per size the latency of the dynamic model, of the static compile at
 that size and of onnxruntime, timed in interleaved turns (`turns.interleaved`), plus the
-first call at a size the dynamic model has not run yet, in steady-state runs (it
-compiles nothing: it plans the arena for the new sizes).
+first call at a size the dynamic model has not run yet, right after a run at a size it
+has, in steady-state runs (it compiles nothing: its native plan places the arena for the
+new sizes). After a pause, any call, at a new size or not, also pays for waking the
+thread team.
 
     python benchmarks/dynamic_bench.py [--models bert_small__dyn] [--turns 3]
 """
@@ -57,13 +59,16 @@ def bench_model(
     dynamic_seconds = time.perf_counter() - start
     session = ort_session(model, threads)
     # a first run at a size of its own: later first calls are new sizes, not a cold start
-    dynamic.run(zoo.random_inputs(model, dims={p: 3 for p in info.symbolic}))
+    warm = zoo.random_inputs(model, dims={p: 3 for p in info.symbolic})
+    dynamic.run(warm)
     rows = []
     for point in points:
         sizes = _sizes(info, point)
         feeds = zoo.random_inputs(model, dims=sizes)
         shapes = {k: v.shape for k, v in feeds.items()}
-        # the first call at a size this model has not run: against steady-state runs
+        # the first call at a size this model has not run, right after a run at a size it
+        # has (its threads awake, as a server's between requests): against steady runs
+        dynamic.run(warm)
         first = time.perf_counter()
         got = dynamic.run(feeds)
         first = time.perf_counter() - first
@@ -122,7 +127,8 @@ def table(results: Sequence[Mapping[str, object]], threads: int) -> list[str]:
         "",
         f"{threads} threads; latency is the median of interleaved turns (each the best of a "
         "few runs); ratios are medians of per-turn ratios. *first call*: the first run at a "
-        "size the model has not seen, in steady-state runs. Static compile: the geometric "
+        "size the model has not seen, right after a run at one it has (threads awake), in "
+        "steady-state runs. Static compile: the geometric "
         "mean over the sizes of a compile at each.",
         "",
         "| model | compile dynamic / static (s) | sizes | dynamic / static (geomean, worst) "
