@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -144,12 +144,15 @@ def link(
         dynamic=placed.dynamic is not None,
     )
     texts = [finalize(entry.module, target), *emitted.texts]
-    if placed.dynamic is not None:  # the memory plan per call, native (`dynamic_plan`)
+    parts = compile_parts(texts, target, workers)
+    if placed.dynamic is not None:  # the memory plan per call, native (`dynamic_plan`):
+        # straight-line integer code that runs in microseconds unoptimized, so LLVM's
+        # pipeline is skipped (it cost more compile time than it saves in calls)
         ins, outs = (
             [_texts(graph.types[n].shape) for n in names] for names in (graph.inputs, graph.outputs)
         )
-        texts.append(finalize(plan_module(placed.dynamic, ins, outs), target))
-    parts = compile_parts(texts, target, workers)
+        planner = finalize(plan_module(placed.dynamic, ins, outs), target)
+        parts += compile_parts([planner], replace(target, opt_level=0), 1)
     return Linked(placed, tuple(parts), len(emitted.texts))
 
 
