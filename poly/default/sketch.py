@@ -322,6 +322,7 @@ class Sketch:
         low: list[str] = []
         if d["low_reduce"] and d["block_loop"] in self.spatial and blocks["block_loop"]:
             low = moving_reductions(main, self.reduce, self.dim_of, d["block_loop"])
+            low = [n for n in low if n != vec_loop]  # (a vector loop of lanes stays innermost)
         reduce_outer: list[str] = []
         reduce_inner: list[str] = []
         for loop in self.reduce:

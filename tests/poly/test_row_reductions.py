@@ -12,10 +12,13 @@ import pytest
 from onnx import helper
 
 from polytile.codegen.native import NativeKernel
+from polytile.poly.default.decide import default_decisions
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
+from polytile.poly.default.sketch import Sketch
 from polytile.poly.default.steps import default_inlines, main_statement
 from polytile.poly.dsl import kernel, kernel_from_node
 from polytile.poly.ir.expr import walk
+from polytile.poly.ir.kernel import Role
 from polytile.poly.ir.schedule import initial_schedule, loop_dims, statements_below
 from polytile.poly.oracle.interp import run_schedule
 from polytile.poly.transform import steps as T
@@ -103,3 +106,28 @@ def test_a_prologue_read_once_per_point_streams_into_the_sum() -> None:
     x = np.random.default_rng(2).standard_normal((8, 40)).astype(np.float32)
     got = NativeKernel(schedule).outputs({"X": x})["S"]
     np.testing.assert_allclose(got, (x * x).sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "ReduceMean"])
+def test_random_decisions_with_the_lane_loop_build_legal_schedules(op: str) -> None:
+    """The search may pick the row's reduction loop as the vector loop with any other
+    decision: each set builds a schedule (illegal steps skipped) that computes the
+    kernel's results."""
+    attrs = {"axis": -1} if op == "Softmax" else {"axes": [-1]}
+    k = kernel_from_node(helper.make_node(op, ["x"], ["y"], **attrs), {"x": (6, 40)})
+    sketch = Sketch(k, CONFIG)
+    assert sketch.lane_loop is not None
+    choices = sketch.structure_choices()
+    assert sketch.lane_loop in choices["vec_loop"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    want = run_schedule(initial_schedule(k), {"x": x})
+    for _ in range(12):
+        d = default_decisions(sketch)
+        d.update({name: options[rng.integers(len(options))] for name, options in choices.items()})
+        d["vec_loop"] = sketch.lane_loop
+        schedule = sketch.apply(d)
+        got = run_schedule(schedule, {"x": x})
+        for name, t in k.tensors.items():
+            if t.role is Role.OUTPUT:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
