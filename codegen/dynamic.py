@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -28,6 +28,9 @@ from .plan import Lifetime, plan_memory
 
 #: distinct sizes whose plans are kept
 PLANS_KEPT = 64
+#: a model's compiled planner (`codegen.dynamic_plan`): fills the table for the named
+#: sizes and returns the arena bytes
+NativePlan = Callable[[np.ndarray, np.ndarray], int]
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,35 @@ class DynamicPlan:
             values[name] = _value(text, values)
         return values
 
-    def table(self, named: Mapping[str, int]) -> tuple[np.ndarray, int, dict[str, int]]:
+    @property
+    def table_length(self) -> int:
+        """The entries of the table: sizes, arena offsets, each check's count and bounds."""
+        counts = sum(1 + len(bounds) for _, bounds in self.counted)
+        return max(1, len(self.sizes) + len(self.arena) + counts)
+
+    def table(
+        self, named: Mapping[str, int], native: NativePlan | None = None
+    ) -> tuple[np.ndarray, int, dict[str, int]]:
         """The entry's dynamic table at these sizes, the arena bytes it needs and every
-        size's value (`values`), worked out once per distinct sizes."""
+        size's value (`values`), worked out once per distinct sizes: by the model's
+        compiled planner where given (`native`), else by `plan_memory` here."""
         key = tuple(int(named[n]) for n in self.named)
         found = self._tables.get(key)
         if found is None:
             if len(self._tables) >= PLANS_KEPT:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[key] = self._plan(dict(zip(self.named, key, strict=True)))
+            sizes = dict(zip(self.named, key, strict=True))
+            found = self._native(sizes, native) if native else self._plan(sizes)
+            self._tables[key] = found
         return found
+
+    def _native(
+        self, named: Mapping[str, int], native: NativePlan
+    ) -> tuple[np.ndarray, int, dict[str, int]]:
+        table = np.zeros(self.table_length, np.int64)
+        arena = native(np.array([named[n] for n in self.named], np.int64), table)
+        table.flags.writeable = False
+        return table, arena, self.values(named)
 
     def _plan(self, named: Mapping[str, int]) -> tuple[np.ndarray, int, dict[str, int]]:
         values = self.values(named)

@@ -243,8 +243,7 @@ def plan_module(
     """The library's planning functions and globals for this plan, the inputs' and the
     outputs' shapes (numbers and `Dim` texts over the named sizes)."""
     module = ir.Module(name="polytile_plan")
-    length = len(plan.sizes) + len(plan.arena) + sum(1 + len(c[1]) for c in plan.counted)
-    _global(module, TABLE_LENGTH, max(length, 1))
+    _global(module, TABLE_LENGTH, plan.table_length)
     _global(module, NUM_SIZES, len(plan.named))
     _plan_function(module, plan)
     for name, shapes in ((INPUT_SHAPE, inputs), (OUTPUT_SHAPE, outputs)):

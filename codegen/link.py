@@ -33,7 +33,7 @@ from polytile.frontend.ops.indexing import (
     first_out_of_range,
     out_of_range_message,
 )
-from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic import Dim, shape_texts
 from polytile.frontend.symbolic import bounds_of as size_bounds
 from polytile.frontend.symbolic_graph import derived_sizes
 from polytile.poly.ast.build import AstNode
@@ -149,16 +149,12 @@ def link(
         # straight-line integer code that runs in microseconds unoptimized, so LLVM's
         # pipeline is skipped (it cost more compile time than it saves in calls)
         ins, outs = (
-            [_texts(graph.types[n].shape) for n in names] for names in (graph.inputs, graph.outputs)
+            [shape_texts(graph.types[n].shape) for n in names]
+            for names in (graph.inputs, graph.outputs)
         )
         planner = finalize(plan_module(placed.dynamic, ins, outs), target)
         parts += compile_parts([planner], replace(target, opt_level=0), 1)
     return Linked(placed, tuple(parts), len(emitted.texts))
-
-
-def _texts(shape: Sequence[object]) -> tuple[int | str, ...]:
-    """A shape with its symbolic sizes as `Dim` texts."""
-    return tuple(str(d) if isinstance(d, Dim) else int(d) for d in shape)  # type: ignore[call-overload]
 
 
 #: distinct kernels below which emitting them serially beats forking workers

@@ -582,6 +582,11 @@ def _decide(a: object, b: object, relation: str) -> bool:
 # --- parsing -----------------------------------------------------------------------------
 
 
+def shape_texts(shape: Sequence[object]) -> tuple[int | str, ...]:
+    """A shape with its symbolic sizes as `Dim` texts (a manifest's, a header's)."""
+    return tuple(str(d) if isinstance(d, Dim) else int(d) for d in shape)  # type: ignore[call-overload]
+
+
 def parse_dim(text: str) -> DimLike:
     """A Dim from Python syntax: names, ints, + - * // % and parentheses."""
     try:

@@ -35,7 +35,7 @@ from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
 from polytile.frontend.importer import ModelSource
 from polytile.frontend.loading import load_model
-from polytile.frontend.symbolic import Dim
+from polytile.frontend.symbolic import shape_texts
 from polytile.frontend.symbolic_graph import compute_graph
 from polytile.frontend.symbolic_import import import_symbolic
 from polytile.poly.ast.build import AstNode
@@ -244,7 +244,7 @@ def build(
 def _spec(graph: Graph, name: str) -> IOSpec:
     """A graph input's or output's spec, a symbolic size as its `Dim` text."""
     t = graph.types[name]
-    return IOSpec(name, t.dtype, tuple(str(d) if isinstance(d, Dim) else d for d in t.shape))
+    return IOSpec(name, t.dtype, shape_texts(t.shape))
 
 
 def symbolic_inputs(

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from polytile.codegen.c_header import c_header, constant_offsets
-from polytile.codegen.dynamic import PLANS_KEPT, DynamicPlan, bind, shape_at
+from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
 from polytile.codegen.dynamic_plan import PLAN, TABLE_LENGTH, plan_module
 from polytile.codegen.jit import (
     JitModule,
@@ -199,12 +199,10 @@ class CompiledModel:
         if manifest.dynamic is not None:
             self._entry = _DynamicEntry(jit.address(manifest.entry))
         #: the native memory plan of a model compiled for all sizes (`dynamic_plan`;
-        #: a model saved without one plans in Python) and its plans by sizes
+        #: a model saved without one plans in Python)
         self._planner: Any = None
-        self._plans: dict[tuple[int, ...], tuple[np.ndarray, int, dict[str, int]]] = {}
         if manifest.dynamic is not None and jit.global_address(TABLE_LENGTH):
             self._planner = _Planner(jit.address(PLAN))
-            self._table_length = ctypes.c_int64.from_address(jit.global_address(TABLE_LENGTH))
         self._lock = threading.Lock()
         self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
@@ -310,24 +308,17 @@ class CompiledModel:
                     f"model '{self.manifest.name}': size '{size}' = {value} is outside the "
                     f"bounds [{low}, {high}] the model was compiled for"
                 )
-        if self._planner is None:
-            return dynamic.table(named)
-        key = tuple(named[n] for n in dynamic.named)
-        found = self._plans.get(key)
-        if found is None:
-            table = np.zeros(max(1, self._table_length.value), np.int64)
-            sizes = np.array(key, np.int64)
-            arena = self._planner(sizes.ctypes.data, table.ctypes.data)
-            if arena < 0:
-                raise InputError(
-                    f"model '{self.manifest.name}': at sizes {named} its tensors need more "
-                    "bytes than 64-bit offsets hold"
-                )
-            table.flags.writeable = False
-            if len(self._plans) >= PLANS_KEPT:
-                self._plans.pop(next(iter(self._plans)))
-            found = self._plans[key] = (table, int(arena), dynamic.values(named))
-        return found
+        return dynamic.table(named, self._native_plan if self._planner else None)
+
+    def _native_plan(self, sizes: np.ndarray, table: np.ndarray) -> int:
+        """The model's compiled planner at these named sizes (`DynamicPlan.table`)."""
+        arena = int(self._planner(sizes.ctypes.data, table.ctypes.data))
+        if arena < 0:  # (the bounds are checked before: a byte count overflowed)
+            raise InputError(
+                f"model '{self.manifest.name}': at sizes {sizes.tolist()} its tensors need "
+                "more bytes than 64-bit offsets hold"
+            )
+        return arena
 
     def _fault(self, status: int, sizes: Mapping[str, int]) -> IndexOutOfRangeError:
         """The error of failed check `status - 1`, from the position and value the

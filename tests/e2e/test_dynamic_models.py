@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polytile as pt
+import polytile.codegen.dynamic
 import polytile.compiler
 from polytile import zoo
-from polytile.codegen.dynamic import DynamicPlan
 from polytile.errors import IndexOutOfRangeError, InputError, PolytileError
 from polytile.poly.default.schedule import representative_sizes
 
@@ -156,11 +156,11 @@ def test_the_memory_plan_of_a_new_size_is_native_code(monkeypatch: pytest.Monkey
     def refuse(*args: object) -> None:
         raise AssertionError("planned in Python")
 
-    monkeypatch.setattr(DynamicPlan, "table", refuse)
+    monkeypatch.setattr(polytile.codegen.dynamic, "plan_memory", refuse)
     shapes = [(1, 9, 64), (3, 21, 64), (2, 63, 64)]
     for shape in shapes:
         _check(attention_model(), compiled, shape)
-    assert {shape[:2] for shape in shapes} <= set(compiled._plans)
+    assert {shape[:2] for shape in shapes} <= set(compiled.manifest.dynamic._tables)
 
 
 def test_a_saved_dynamic_model_serves_every_size(tmp_path: Path) -> None:
