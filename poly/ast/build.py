@@ -1,7 +1,8 @@
 """The loop AST of a schedule: isl's AST generator output converted to frozen dataclasses,
 with iterators renamed after the schedule's loops and marks kept as annotations, and the
 partial-tile bounds that do not vary in a loop hoisted into a test around it
-(`unswitch_partial_trips`).
+(`unswitch_partial_trips`) and partial register tiles run in blocks of constant
+heights (`rows.split_partial_rows`).
 
 Codegen, the AST interpreter and `explain` consume this AST, never islpy objects.
 """
@@ -10,80 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import islpy as isl
 
+from polytile.poly.ast.nodes import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+from polytile.poly.ast.rows import split_partial_rows
 from polytile.poly.ast.tiles import CONSTANT_TRIPS, isolate_full_tiles
 from polytile.poly.ir import isl_helpers as ih
 from polytile.poly.ir.kernel import Kernel, Statement
 from polytile.poly.ir.schedule import Schedule, parse_mark, to_isl
-
-
-@dataclass(frozen=True)
-class Int:
-    value: int
-
-
-@dataclass(frozen=True)
-class Var:
-    name: str
-
-
-@dataclass(frozen=True)
-class Op:
-    """isl AST operators: add sub mul minus min max select eq le lt ge gt and or
-    and_then or_else; div (exact), fdiv_q (floor), pdiv_q / pdiv_r (non-negative
-    dividend), zdiv_r (remainder, compared with zero)."""
-
-    op: str
-    args: tuple[AstExpr, ...]
-
-
-AstExpr = Int | Var | Op
-
-
-@dataclass(frozen=True)
-class For:
-    var: str
-    init: AstExpr
-    cond: AstExpr
-    inc: AstExpr
-    body: AstNode
-    loop: str = ""
-    annotation: str = ""
-
-
-@dataclass(frozen=True)
-class If:
-    cond: AstExpr
-    then: AstNode
-    orelse: AstNode | None = None
-
-
-@dataclass(frozen=True)
-class Block:
-    items: tuple[AstNode, ...]
-
-
-@dataclass(frozen=True)
-class Call:
-    """One statement instance; `args` are the values of the statement's dims."""
-
-    stmt: str
-    args: tuple[AstExpr, ...]
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A loop mark whose loop isl did not emit as a `for` (it runs once)."""
-
-    loop: str
-    annotation: str
-    body: AstNode
-
-
-AstNode = For | If | Block | Call | Mark
 
 _OPS = {
     isl.ast_expr_op_type.add: "add",
@@ -131,7 +68,7 @@ def build_ast(schedule: Schedule) -> AstNode:
     with ih.operation_budget(AST_OPERATIONS, refusal, step="AST generation"):
         tree = isolate_full_tiles(to_isl(schedule))
         node = build.node_from_schedule(tree)
-    return unswitch_partial_trips(_node(node, {}))
+    return split_partial_rows(unswitch_partial_trips(_node(node, {})), schedule.kernel)
 
 
 def marked_loops(node: AstNode) -> set[str]:
