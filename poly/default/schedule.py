@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 
-from polytile.errors import BudgetExceeded
+from polytile.errors import BudgetExceeded, IllegalSchedule
 from polytile.frontend.graph import Graph
 from polytile.frontend.symbolic import Dim, bounds_of
 from polytile.frontend.symbolic_graph import derived_sizes
+from polytile.poly.ast.build import AstNode
+from polytile.poly.ast.check import verify_ast
 from polytile.poly.default.decide import default_decisions
 from polytile.poly.default.rules import (
     cache_rows,
@@ -56,6 +59,7 @@ __all__ = [
     "DefaultConfig",
     "cache_rows",
     "cache_tiles",
+    "checked_default",
     "default_schedule",
     "fallback_schedule",
     "gathered_loops",
@@ -160,7 +164,7 @@ def _for_all_sizes(
                     if step.args["loop"] in under:
                         parallel.append(under[step.args["loop"]])
                     continue
-                schedule = attempt(schedule, lambda s, step=step: T.apply_step(s, step))
+                schedule = attempt(schedule, lambda s, step=step: _replayed(s, step, config))
             smallest = {p: bounds_of(p)[0] for p in kernel.params}
             for stmt in parallel:
                 if not any(lp.annotation == "parallel" for lp in schedule.loops_of(stmt)):
@@ -172,6 +176,39 @@ def _for_all_sizes(
         ih.check_budget("default schedule")
         warnings.warn(f"{err}; using a simpler schedule instead", stacklevel=3)
         return fallback_schedule(kernel)
+
+
+def _replayed(schedule: Schedule, step: T.Step, config: DefaultConfig) -> Schedule:
+    """The instance's step applied to the symbolic kernel; a fuse checks its nest's AST
+    as the config says."""
+    if step.kind == "fuse" and not config.check_fused_ast:
+        return T.fuse(schedule, *step.args["loops"], check_ast=False)
+    return T.apply_step(schedule, step)
+
+
+def checked_default(
+    kernel: Kernel, config: DefaultConfig | None = None, sizes: Mapping[str, int] | None = None
+) -> tuple[Schedule, AstNode]:
+    """The default schedule and its checked AST (`poly.ast.check.verify_ast`), checking
+    one AST for the whole schedule instead of one per fused nest: its fuses go unchecked,
+    and only where the whole AST fails the check is the default made again with each
+    fuse checked (a failing fuse then falls back to a shorter one, as in
+    `default_schedule`). If that one fails too (isl's AST generator, or a check over its
+    budget), the kernel's initial schedule, with a warning. The same schedule as
+    `default_schedule` wherever isl's AST of each fused nest is right."""
+    config = config or DefaultConfig()
+    unchecked = default_schedule(kernel, replace(config, check_fused_ast=False), sizes)
+    try:
+        return unchecked, verify_ast(unchecked)
+    except IllegalSchedule:
+        pass
+    checked = default_schedule(kernel, replace(config, check_fused_ast=True), sizes)
+    try:
+        return checked, verify_ast(checked)
+    except IllegalSchedule as err:
+        warnings.warn(f"{err}; using the kernel's initial schedule instead", stacklevel=2)
+        fallback = initial_schedule(kernel)
+        return fallback, verify_ast(fallback)
 
 
 def _outer_parallel(schedule: Schedule) -> Schedule:

@@ -62,6 +62,9 @@ class DefaultConfig:
     #: the fewest register blocks that must re-read a packed input's panels to repay the
     #: copy (see `packed_inputs`)
     pack_reuse: int = 4
+    #: whether each fuse checks its nest's AST (`poly.transform.steps.fuse_named`); off,
+    #: the caller checks the whole schedule's AST instead (`checked_default`)
+    check_fused_ast: bool = True
 
     @property
     def vector_registers(self) -> int:
@@ -516,7 +519,9 @@ def parallelize_outer(
     for end in range(len(chain), 0, -1):
         try:
             fused_schedule, loop = (
-                T.fuse_named(schedule, *chain[:end]) if end > 1 else (schedule, chain[0])
+                T.fuse_named(schedule, *chain[:end], check_ast=config.check_fused_ast)
+                if end > 1
+                else (schedule, chain[0])
             )
             if T.loop_extent(fused_schedule, loop) < config.min_parallel_extent:
                 return schedule
@@ -572,7 +577,11 @@ def parallelize_for_all_sizes(
         typ *= T.loop_extent(schedule, loop.name, typical)
     for end in range(len(chain), 0, -1):
         try:
-            fused, name = T.fuse_named(schedule, *chain[:end]) if end > 1 else (schedule, chain[0])
+            fused, name = (
+                T.fuse_named(schedule, *chain[:end], check_ast=config.check_fused_ast)
+                if end > 1
+                else (schedule, chain[0])
+            )
             return T.parallel(fused, name)
         except IllegalSchedule:
             continue

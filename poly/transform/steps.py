@@ -224,13 +224,16 @@ def tile(schedule: Schedule, loops: Sequence[str], sizes: Sequence[int]) -> Sche
     return reorder(schedule, *outer, *inner)
 
 
-def fuse(schedule: Schedule, *names: str) -> Schedule:
+def fuse(schedule: Schedule, *names: str, check_ast: bool = True) -> Schedule:
     """Fuse perfectly nested consecutive loops into one (for a parallel outer band)."""
-    return fuse_named(schedule, *names)[0]
+    return fuse_named(schedule, *names, check_ast=check_ast)[0]
 
 
-def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
-    """`fuse`, also returning the fused loop's name."""
+def fuse_named(schedule: Schedule, *names: str, check_ast: bool = True) -> tuple[Schedule, str]:
+    """`fuse`, also returning the fused loop's name. The fused nest's AST is checked
+    (isl's AST generator can drop instances of a fused nest, `poly.ast.check`), unless
+    `check_ast` is False: for a caller that checks the whole schedule's AST at the end and
+    fuses again with checks where that fails (`poly.default.schedule.checked_default`)."""
     step = f"fuse{tuple(names)}"
     path = _chain(schedule, names, step)
     if [loop.name for loop in path] != list(names):
@@ -253,6 +256,8 @@ def fuse_named(schedule: Schedule, *names: str) -> tuple[Schedule, str]:
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
     check_order(result, step)
     result = check_marks(result, step)
+    if not check_ast:
+        return result, name
     try:
         verify_ast(_top_nest_alone(result, name))
     except IllegalSchedule as err:
