@@ -26,6 +26,8 @@ from polytile.poly.ir.kernel import Extent, size_of
 
 from .plan import Lifetime, plan_memory
 
+#: table entries per kernel compiled per size (`codegen.special.ENTRIES`)
+SPECIAL_ENTRIES = 3
 #: distinct sizes whose plans are kept
 PLANS_KEPT = 64
 #: a model's compiled planner (`codegen.dynamic_plan`): fills the table for the named
@@ -65,6 +67,9 @@ class DynamicPlan:
     #: named size → (lowest, highest) the model was compiled for, where given; an
     #: exported library's planner refuses others (`codegen.dynamic_plan`)
     bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: kernels compiled per size (`codegen.special`): each takes `special.ENTRIES` entries
+    #: at the table's end, which the runtime fills (zeros here)
+    specials: int = 0
     #: named sizes → (table, arena bytes) worked out already
     _tables: dict[tuple[int, ...], tuple[np.ndarray, int, dict[str, int]]] = field(
         default_factory=dict, compare=False, repr=False
@@ -89,8 +94,12 @@ class DynamicPlan:
     @property
     def table_length(self) -> int:
         """The entries of the table: sizes, arena offsets, each check's count and bounds."""
+        return max(1, self.special_entry(self.specials))
+
+    def special_entry(self, number: int) -> int:
+        """The table entry where specialized kernel `number`'s entries start."""
         counts = sum(1 + len(bounds) for _, bounds in self.counted)
-        return max(1, len(self.sizes) + len(self.arena) + counts)
+        return len(self.sizes) + len(self.arena) + counts + SPECIAL_ENTRIES * number
 
     def table(
         self, named: Mapping[str, int], native: NativePlan | None = None
@@ -124,6 +133,7 @@ class DynamicPlan:
         for shape, bounds in self.counted:
             entries.append(math.prod(size_of(d, values) for d in shape))
             entries += [size_of(d, values) for d in bounds]
+        entries += [0] * (SPECIAL_ENTRIES * self.specials)
         table = np.array(entries or [0], dtype=np.int64)
         table.flags.writeable = False
         return table, memory.arena_bytes, values
@@ -136,6 +146,7 @@ class DynamicPlan:
             "shared": dict(self.shared),
             "counted": [[list(shape), list(bounds)] for shape, bounds in self.counted],
             **({"bounds": {n: list(b) for n, b in self.bounds.items()}} if self.bounds else {}),
+            **({"specials": self.specials} if self.specials else {}),
         }
 
     @staticmethod
@@ -156,6 +167,7 @@ class DynamicPlan:
             tuple(data["named"]), dict(data["derived"]), arena, dict(data.get("shared", {})),
             counted,
             {str(n): (int(lo), int(hi)) for n, (lo, hi) in data.get("bounds", {}).items()},
+            int(data.get("specials", 0)),
         )  # fmt: skip
 
 

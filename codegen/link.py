@@ -19,11 +19,11 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from polytile.errors import CodegenError
+from polytile.errors import CodegenError, PolytileError
 from polytile.frontend import Graph
 from polytile.frontend.fusion import Group
 from polytile.frontend.ops import InferContext
@@ -43,11 +43,12 @@ from polytile.poly.ir.schedule import Schedule
 from polytile.poly.lower.base import extent
 
 from . import cache
-from .dynamic import ArenaTensor, DynamicPlan
+from .dynamic import SPECIAL_ENTRIES, ArenaTensor, DynamicPlan
 from .dynamic_plan import plan_module
 from .jit import Part, compile_parts, finalize, forked_map
 from .module import IndexCheck, KernelCall, Slot, add_entry, kernel_module, new_module
 from .plan import Lifetime, plan_memory
+from .special import Specialized, specialized, trampoline_module
 from .target import Target, with_hints
 
 #: the entry function of a linked model
@@ -84,6 +85,8 @@ class Functions:
     names: tuple[str, ...]
     texts: tuple[str, ...]
     arity: Mapping[str, int]
+    #: step → why its symbolic kernel's code was refused (`codegen.special`; its name '')
+    refused: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,48 +116,70 @@ class Linked:
     parts: tuple[Part, ...]
     functions: int
     entry: str = ENTRY
+    #: the kernels compiled per size, in step order (`codegen.special`)
+    specials: tuple[Specialized, ...] = ()
 
 
 def link(
     graph: Graph,
-    schedules: Sequence[Schedule],
+    schedules: Sequence[Schedule | Specialized],
     workloads: Sequence[str],
     target: Target,
     asts: Sequence[AstNode | None] | None = None,
     checks: Sequence[PendingCheck] = (),
     workers: int | None = None,
+    groups: Sequence[Group] | None = None,
 ) -> Linked:
     """The native module of a graph whose groups (in order) run the given schedules;
     `workloads` are the groups' workload keys (a trace that inlines rewrites its
     schedule's kernel, so the key cannot be taken from the schedule). Every schedule's
     AST is checked already; `asts` holds those at hand (None where not), which need not
-    be built again. `checks` are the run-time index tensors (`index_bounds`)."""
+    be built again. `checks` are the run-time index tensors (`index_bounds`).
+
+    In a model compiled for all sizes, a step may be `Specialized` (compiled per size
+    at run time, called through a trampoline); with the graph's `groups`, a symbolic
+    kernel whose code is refused becomes one too."""
     prefix = f"pt{hashlib.sha256(graph.name.encode()).hexdigest()[:8]}"
     emitted = functions(schedules, target, prefix, asts, workers)
-    placed = layout(graph, schedules, emitted.names, workloads, checks)
+    steps = list(schedules)
+    for step, reason in emitted.refused.items():
+        if groups is None:
+            raise CodegenError(reason)
+        steps[step] = specialized(graph, groups[step], reason)
+    specials = [s for s in steps if isinstance(s, Specialized)]
+    names = list(emitted.names)
+    arity = dict(emitted.arity)
+    for number, special in enumerate(specials):
+        names[special.step] = f"{prefix}_s{number}_step{special.step}"
+        arity[names[special.step]] = len(special.inputs) + len(special.outputs)
+    placed = layout(graph, steps, names, workloads, checks)
     entry = new_module(graph.name, target)
     constant_bytes = [c.nbytes for c in placed.constants]
     add_entry(
         entry,
         ENTRY,
         placed.calls,
-        emitted.arity,
+        arity,
         constant_bytes,
         placed.checks,
         dynamic=placed.dynamic is not None,
     )
     texts = [finalize(entry.module, target), *emitted.texts]
+    if specials:
+        counts = [(len(s.inputs), len(s.outputs)) for s in specials]
+        module = trampoline_module(f"{prefix}_specials", [names[s.step] for s in specials], counts)
+        texts.append(finalize(module, target))
     parts = compile_parts(texts, target, workers)
     if placed.dynamic is not None:  # the memory plan per call, native (`dynamic_plan`):
         # straight-line integer code that runs in microseconds unoptimized, so LLVM's
         # pipeline is skipped (it cost more compile time than it saves in calls)
         ins, outs = (
-            [shape_texts(graph.types[n].shape) for n in names]
-            for names in (graph.inputs, graph.outputs)
+            [shape_texts(graph.types[n].shape) for n in tensors]
+            for tensors in (graph.inputs, graph.outputs)
         )
         planner = finalize(plan_module(placed.dynamic, ins, outs), target)
         parts += compile_parts([planner], replace(target, opt_level=0), 1)
-    return Linked(placed, tuple(parts), len(emitted.texts))
+    return Linked(placed, tuple(parts), len(emitted.texts), specials=tuple(specials))
 
 
 #: distinct kernels below which emitting them serially beats forking workers
@@ -162,7 +187,7 @@ PARALLEL_EMIT = 8
 
 
 def functions(
-    schedules: Sequence[Schedule],
+    schedules: Sequence[Schedule | Specialized],
     target: Target,
     prefix: str,
     asts: Sequence[AstNode | None] | None = None,
@@ -171,41 +196,61 @@ def functions(
     """Each schedule's kernel function, emitted once per distinct IR text and named
     `<prefix>_k<n>_<kernel>`, each with its schedule's codegen hints over the target's
     defaults. The same workload under the same trace is the same code, taken without
-    emitting it again."""
-    keys = [(s.kernel.workload_key(), s.trace_hash()) for s in schedules]
+    emitting it again. A symbolic kernel whose code is refused is named '' and listed
+    in `refused`; `Specialized` steps are named '' too."""
+    keys = {
+        step: (s.kernel.workload_key(), s.trace_hash())
+        for step, s in enumerate(schedules)
+        if isinstance(s, Schedule)
+    }
     first_of: dict[tuple[str, str], int] = {}
-    for step, key in enumerate(keys):
+    for step, key in keys.items():
         first_of.setdefault(key, step)
     first = list(first_of.values())  # each distinct key's first step, in order
-    memo_keys = [(*keys[step], repr(with_hints(target, schedules[step].hints))) for step in first]
+    memo_keys = [(*keys[step], repr(with_hints(target, schedules[step].hints))) for step in first]  # type: ignore[union-attr]
     missing = [job for job, key in enumerate(memo_keys) if cache.EMITTED.get(key) is None]
 
-    def emit(job: int) -> tuple[str, int]:
+    def emit(job: int) -> tuple[str, int] | str:
         step = first[missing[job]]
         schedule = schedules[step]
+        assert isinstance(schedule, Schedule)
         ast = asts[step] if asts is not None else None
         hinted = with_hints(target, schedule.hints)
-        mc, fn = kernel_module(schedule, PLACEHOLDER, hinted, verify=False, ast=ast)
+        try:
+            mc, fn = kernel_module(schedule, PLACEHOLDER, hinted, verify=False, ast=ast)
+        except PolytileError as err:
+            if not schedule.kernel.params:
+                raise
+            return f"its code cannot stay symbolic: {err}"
         return finalize(mc.module, hinted), len(fn.params)
 
     # Python builds the IR: forked workers emit the kernels side by side
     workers = 1 if len(missing) < PARALLEL_EMIT else workers
+    refused_keys: dict[tuple[str, str], str] = {}
     for job, found in zip(missing, forked_map(emit, len(missing), workers), strict=True):
-        cache.EMITTED.put(memo_keys[job], found)
-    emitted = [cache.EMITTED.get(key) for key in memo_keys]
+        if isinstance(found, str):
+            refused_keys[keys[first[job]]] = found
+        else:
+            cache.EMITTED.put(memo_keys[job], found)
     by_text: dict[str, str] = {}  # IR text's hash -> function name
     known: dict[tuple[str, str], str] = {}  # (workload, trace) -> function name
     texts: list[str] = []
     arity: dict[str, int] = {}
-    for step, (text, params) in zip(first, emitted, strict=True):  # type: ignore[misc]
+    for step, memo in zip(first, memo_keys, strict=True):
+        if keys[step] in refused_keys:
+            known[keys[step]] = ""
+            continue
+        text, params = cache.EMITTED.get(memo)  # type: ignore[misc]
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest not in by_text:
-            name = f"{prefix}_k{len(by_text)}_{_short(schedules[step].kernel)}"
+            name = f"{prefix}_k{len(by_text)}_{_short(schedules[step].kernel)}"  # type: ignore[union-attr]
             by_text[digest] = name
             arity[name] = params
             texts.append(_renamed(text, name))
         known[keys[step]] = by_text[digest]
-    return Functions(tuple(known[key] for key in keys), tuple(texts), arity)
+    names = tuple(known[keys[step]] if step in keys else "" for step in range(len(schedules)))
+    refused = {step: refused_keys[key] for step, key in keys.items() if key in refused_keys}
+    return Functions(names, tuple(texts), arity, refused)
 
 
 def _short(kernel: Kernel) -> str:
@@ -257,16 +302,23 @@ def index_bounds(graph: Graph, groups: Sequence[Group]) -> list[PendingCheck]:
 
 def layout(
     graph: Graph,
-    schedules: Sequence[Schedule],
+    schedules: Sequence[Schedule | Specialized],
     names: Sequence[str],
     workloads: Sequence[str],
     checks: Sequence[PendingCheck] = (),
 ) -> Layout:
     """Where the tensors of the graph's kernels live when step i calls the function
-    `names[i]` on `schedules[i]`'s kernel (see the module's docstring)."""
-    places = _Places(graph, any(s.kernel.params for s in schedules))
+    `names[i]` on `schedules[i]`'s kernel (see the module's docstring); a `Specialized`
+    step's arguments are its group's inputs, then its outputs."""
+    specials = [s for s in schedules if isinstance(s, Specialized)]
+    places = _Places(
+        graph,
+        bool(specials) or any(s.kernel.params for s in schedules),  # type: ignore[union-attr]
+    )
     args = [
-        tuple(places.slot(step, t.name, s.kernel) for t in s.kernel.tensors.values())
+        tuple(places.tensor_slot(step, n) for n in (*s.inputs, *s.outputs))
+        if isinstance(s, Specialized)
+        else tuple(places.slot(step, t.name, s.kernel) for t in s.kernel.tensors.values())
         for step, s in enumerate(schedules)
     ]
     shared = places.in_place(schedules)
@@ -301,7 +353,7 @@ def layout(
 
 def _dynamic_layout(
     graph: Graph,
-    schedules: Sequence[Schedule],
+    schedules: Sequence[Schedule | Specialized],
     names: Sequence[str],
     workloads: Sequence[str],
     checks: Sequence[PendingCheck],
@@ -326,6 +378,7 @@ def _dynamic_layout(
         shared,
         counted,
         {n: size_bounds(n) for n in named},
+        sum(isinstance(s, Specialized) for s in schedules),
     )
 
     def arena(name: str) -> Slot:
@@ -337,7 +390,8 @@ def _dynamic_layout(
         guards.append(places.check(c, arena, entry))
         entry += 1 + len(sizes)
     position = {name: i for i, name in enumerate(plan.sizes)}
-    missing = sorted({p for s in schedules for p in s.kernel.params} - set(position))
+    kernels = [s.kernel for s in schedules if isinstance(s, Schedule)]
+    missing = sorted({p for k in kernels for p in k.params} - set(position))
     if missing:
         raise CodegenError(
             f"model '{graph.name}': kernels use sizes {missing} that its inputs do not give"
@@ -346,15 +400,21 @@ def _dynamic_layout(
     def placed(slot: Slot) -> Slot:
         return Slot("dynamic", len(plan.sizes) + slot.index) if slot.kind == "arena" else slot
 
+    specials = [s.step for s in schedules if isinstance(s, Specialized)]
+    special_number = {step: number for number, step in enumerate(specials)}
+
+    def sizes(step: int, schedule: Schedule | Specialized) -> tuple[int, ...]:
+        """The table entries a call takes: its kernel's sizes, or a specialized
+        kernel's function, constants and arena (`codegen.special`)."""
+        if isinstance(schedule, Specialized):
+            first = plan.special_entry(special_number[step])
+            return tuple(range(first, first + SPECIAL_ENTRIES))
+        return tuple(position[p] for p in schedule.kernel.params)
+
     calls = tuple(
-        KernelCall(
-            function,
-            tuple(placed(s) for s in slots),
-            workload,
-            tuple(position[p] for p in schedule.kernel.params),
-        )
-        for function, slots, workload, schedule in zip(
-            names, args, workloads, schedules, strict=True
+        KernelCall(function, tuple(placed(s) for s in slots), workload, sizes(step, schedule))
+        for step, (function, slots, workload, schedule) in enumerate(
+            zip(names, args, workloads, schedules, strict=True)
         )
     )
     copies = places.copies()
@@ -443,6 +503,18 @@ class _Places:
         self.held.setdefault(step, {})[tensor] = source
         return self._arena(source, source_type.nbytes, step)
 
+    def tensor_slot(self, step: int, tensor: str) -> Slot:
+        """The slot of a graph tensor a specialized kernel reads or writes at `step`."""
+        source = self.source(tensor)
+        if source in self.inputs:
+            return Slot("input", self.inputs[source])
+        if source in self.outputs:
+            return Slot("output", self.outputs[source])
+        t = self.graph.types[source]
+        itemsize = np.dtype(t.dtype).itemsize
+        shape = tuple(extent(d) for d in t.shape)
+        return self._arena(source, self._symbolic(source, itemsize, shape), step)
+
     def check(
         self, pending: PendingCheck, arena: Callable[[str], Slot], count_entry: int = -1
     ) -> IndexCheck:
@@ -468,11 +540,14 @@ class _Places:
             bound.data, bound.axis, count_entry,
         )  # fmt: skip
 
-    def in_place(self, schedules: Sequence[Schedule]) -> dict[str, str]:
+    def in_place(self, schedules: Sequence[Schedule | Specialized]) -> dict[str, str]:
         """Outputs that take over the bytes of an input read for the last time at their
-        step, where the kernel allows it (`may_share`): the first such input of each."""
+        step, where the kernel allows it (`may_share`): the first such input of each
+        (none for a kernel compiled per size)."""
         shared: dict[str, str] = {}
         for step, schedule in enumerate(schedules):
+            if isinstance(schedule, Specialized):
+                continue
             held = self.held.get(step, {})
             kernel = schedule.kernel
             holders = Counter(held.values())

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .graph import Graph, Node, TensorType
-from .symbolic import Dim
+from .symbolic import Dim, evaluate_shape
 from .symbolic_isl import to_isl
 
 #: (op, input position) of operands whose value only gives the output type's sizes
@@ -64,6 +64,23 @@ def compute_graph(graph: Graph, values: Mapping[str, np.ndarray]) -> Graph:
         constants[name] = value
         types[name] = TensorType(value.shape, str(value.dtype))
     return graph.replace(nodes=tuple(nodes), constants=constants, types=types)
+
+
+def at_sizes(graph: Graph, sizes: Mapping[str, int], name: str | None = None) -> Graph:
+    """`graph` (a `compute_graph`, or a group of one) with static shapes at these sizes:
+    its types evaluated and its constants of sizes (object arrays) made int64 values.
+    The operands `compute_graph` omitted stay omitted: lowering reads output types."""
+    types = {
+        n: TensorType(evaluate_shape(t.shape, sizes), t.dtype) for n, t in graph.types.items()
+    }
+    constants = {}
+    for n, value in graph.constants.items():
+        if value.dtype == object:
+            flat = [d.evaluate(sizes) if isinstance(d, Dim) else int(d) for d in value.flat]
+            value = np.array(flat, np.int64).reshape(value.shape)
+            value.flags.writeable = False
+        constants[n] = value
+    return graph.replace(types=types, constants=constants, name=name or graph.name)
 
 
 def derived_sizes(graph: Graph) -> dict[str, Dim]:

@@ -18,7 +18,7 @@ _LAZY = {
     "default_schedule": ("polytile.poly.default.schedule", "default_schedule"),
     "compile": ("polytile.compiler", "compile"),
     "LowerConfig": ("polytile.poly.lower.base", "LowerConfig"),
-    "load": ("polytile.runtime", "load"),
+    "load": ("polytile.compiler", "load"),
     "CompiledModel": ("polytile.runtime", "CompiledModel"),
     "InferenceSession": ("polytile.session", "InferenceSession"),
     "SessionOptions": ("polytile.session", "SessionOptions"),

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,18 +73,35 @@ def explain_graph(args: argparse.Namespace, path: Path, graph: Graph) -> int:
     start = time.perf_counter()
     parts = partition(optimized)
     print(f"partition in {(time.perf_counter() - start) * 1e3:.0f} ms: {parts.summary()}")
+    per_size = explain_per_size(optimized, parts, args.threads)
     if args.kernel is not None:
         print_kernels(optimized, parts, args.kernel, args.records, args.threads)
     if args.groups:
         for g in parts.groups:
             outs = ", ".join(f"{t}:{optimized.types[t]}" for t in g.outputs)
             ops = " → ".join(optimized.node_by_name[n].op_type for n in g.nodes)
-            print(f"  [{g.index:3}] {g.kind:<20} {ops}  ⇒ {outs}")
+            mark = "  (compiled per size)" if g.index in per_size else ""
+            print(f"  [{g.index:3}] {g.kind:<20} {ops}  ⇒ {outs}{mark}")
     if args.verify:
         if not all(is_static(d) for t in optimized.types.values() for d in t.shape):
             raise InputError("--verify needs static shapes: give every size in --input-shapes")
         return verify(path, optimized, args.seed)
     return 0
+
+
+def explain_per_size(graph: Graph, parts: Partition, threads: int | None) -> Mapping[int, str]:
+    """Print (and return) the groups of a symbolic graph compiled per size, and why."""
+    from polytile.codegen.configs import lower_config
+    from polytile.codegen.target import host
+    from polytile.compiler import is_symbolic
+    from polytile.explain import per_size_groups
+
+    if not is_symbolic(graph):
+        return {}
+    found = per_size_groups(graph, parts, lower_config(host(threads)))
+    for index, reason in found.items():
+        print(f"group {index} is compiled per size on first use, because {reason}")
+    return found
 
 
 def print_kernels(
@@ -115,11 +132,17 @@ def print_kernels(
     tuned = tuned_records(records, target)
     sizes = representative_sizes(graph)
     for group in selected:
-        lowered = kernel_of(graph, group, lower_config(target))
-        kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
-        record = tuned.get(kernel.workload_key())
-        tuned_schedule = replay_record(kernel, record)
-        schedule = tuned_schedule or default_schedule(kernel, config, sizes)
+        try:
+            lowered = kernel_of(graph, group, lower_config(target))
+            kernel, renamed = canonicalize(lowered)  # as `compile` schedules it
+            record = tuned.get(kernel.workload_key())
+            tuned_schedule = replay_record(kernel, record)
+            schedule = tuned_schedule or default_schedule(kernel, config, sizes)
+        except PolytileError as err:
+            if not sizes:
+                raise
+            print(f"\n// group {group.index}: compiled per size on first use, because {err}")
+            continue
         source = "default" if tuned_schedule is None else "tuning record's"
         names = ", ".join(
             f"{new} = {old}" for old, new in renamed.items() if old in lowered.tensors

@@ -19,6 +19,7 @@ The pipeline, one reason per stage:
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,24 +30,28 @@ import onnx
 from polytile.codegen.configs import default_config, lower_config
 from polytile.codegen.jit import JitModule, forked_map
 from polytile.codegen.link import PendingCheck, index_bounds, link
+from polytile.codegen.special import Specialized, specialized
 from polytile.codegen.target import Target, host
-from polytile.errors import IllegalSchedule
+from polytile.errors import IllegalSchedule, PolytileError
 from polytile.frontend import Graph, import_model, partition
 from polytile.frontend import optimize as optimize_graph
+from polytile.frontend.fusion import Group
 from polytile.frontend.importer import ModelSource
 from polytile.frontend.loading import load_model
-from polytile.frontend.symbolic import shape_texts
-from polytile.frontend.symbolic_graph import compute_graph
+from polytile.frontend.symbolic import Dim, shape_texts
+from polytile.frontend.symbolic_graph import at_sizes, compute_graph
 from polytile.frontend.symbolic_import import import_symbolic
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ast.check import verify_ast
 from polytile.poly.default.schedule import default_schedule, representative_sizes
+from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.lower.base import LowerConfig
 from polytile.poly.transform.canonical import canonicalize, transplant
 from polytile.poly.transform.flatten import kernel_of
 from polytile.search.records import replay_record, tuned_records
 
+from . import runtime
 from .runtime import CompiledModel, IOSpec, Manifest
 
 #: distinct kernels below which scheduling them serially beats forking workers
@@ -145,52 +150,92 @@ def _compile(
     config = default_config(target)
     lowering = lowering or lower_config(target)
     tuned = tuned_records(records, target)
-    kernels = []
+    symbolic = is_symbolic(graph)
+    sizes = representative_sizes(graph)
+    kernels: list[Kernel | None] = []
+    refused: dict[int, str] = {}  # step → why its kernel cannot stay symbolic
     for group in parts.groups:
         t0 = time.perf_counter()
-        kernels.append(canonicalize(kernel_of(graph, group, lowering))[0])
+        try:
+            kernels.append(canonicalize(kernel_of(graph, group, lowering))[0])
+        except PolytileError as err:
+            if not symbolic:
+                raise
+            _static_lowering(graph, group, lowering, sizes, err)
+            refused[group.index] = f"its lowering cannot stay symbolic: {err}"
+            kernels.append(None)
         stats.lower += time.perf_counter() - t0
     t1 = time.perf_counter()
-    workloads = [k.workload_key() for k in kernels]
+    workloads = [k.workload_key() if k else f"specialized:{s}" for s, k in enumerate(kernels)]
     first: dict[str, int] = {}
     copies: dict[str, list[int]] = {}  # the later groups of each workload
     for step, key in enumerate(workloads):
-        if first.setdefault(key, step) != step:
+        if step not in refused and first.setdefault(key, step) != step:
             copies.setdefault(key, []).append(step)
     jobs = list(first.values())
 
-    sizes = representative_sizes(graph)
-
-    def schedule_one(job: int) -> Scheduled:
+    def schedule_one(job: int) -> Scheduled | str:
         kernel = kernels[jobs[job]]
+        assert kernel is not None
         key = workloads[jobs[job]]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            chosen = replay_record(kernel, tuned.get(key))
-            default = None if chosen else default_schedule(kernel, config, sizes)
-            schedule, ast = _verified(chosen or default)  # type: ignore[arg-type]
+            try:
+                chosen = replay_record(kernel, tuned.get(key))
+                default = None if chosen else default_schedule(kernel, config, sizes)
+                schedule, ast = _verified(chosen or default)  # type: ignore[arg-type]
+            except PolytileError as err:
+                if not kernel.params:
+                    raise
+                return f"its schedule cannot stay symbolic: {err}"
             # identical groups: the same loops on their own weights
-            moved = [transplant(schedule, kernels[step]) for step in copies.get(key, ())]
+            moved = [transplant(schedule, kernels[step]) for step in copies.get(key, ())]  # type: ignore[arg-type]
         return schedule, ast, moved, [(w.category, str(w.message)) for w in caught]
 
     # scheduling is Python and isl work: forked workers take distinct kernels side by side
     workers = None if len(jobs) >= PARALLEL_SCHEDULE else 1
     scheduled = dict(zip(jobs, forked_map(schedule_one, len(jobs), workers), strict=True))
     found: dict[int, tuple[Schedule, AstNode | None]] = {}
-    for step, (schedule, ast, moved, caught) in scheduled.items():
+    for step, result in scheduled.items():
+        key = workloads[step]
+        if isinstance(result, str):  # refused: the group and its copies compile per size
+            refused.update((s, result) for s in (step, *copies.get(key, ())))
+            continue
+        schedule, ast, moved, caught = result
         for category, message in caught:  # the worker's warnings, raised here
             warnings.warn(message, category, stacklevel=2)
         found[step] = (schedule, ast)
-        key = workloads[step]
         found.update((s, (m, None)) for s, m in zip(copies.get(key, ()), moved, strict=True))
-    schedules = [found[step][0] for step in range(len(kernels))]
-    asts = [found[step][1] for step in range(len(kernels))]
+    schedules: list[Schedule | Specialized] = [
+        specialized(graph, group, refused[step]) if step in refused else found[step][0]
+        for step, group in enumerate(parts.groups)
+    ]
+    asts = [found[step][1] if step in found else None for step in range(len(kernels))]
     if progress is not None:
         for step in range(len(kernels)):
             progress(step + 1, len(parts.groups))
     stats.schedule += time.perf_counter() - t1
     checks = index_bounds(graph, parts.groups)
-    return build(graph, schedules, workloads, target, stats, asts=asts, checks=checks)
+    groups = parts.groups if symbolic else None
+    return build(graph, schedules, workloads, target, stats, asts=asts, checks=checks,
+                 groups=groups)  # fmt: skip
+
+
+def is_symbolic(graph: Graph) -> bool:
+    """Whether a tensor of the graph has a symbolic size (a compile for all sizes)."""
+    return any(isinstance(d, Dim) for t in graph.types.values() for d in t.shape)
+
+
+def _static_lowering(
+    graph: Graph, group: Group, lowering: LowerConfig, sizes: Mapping[str, int], err: Exception
+) -> None:
+    """Raise `err` unless the group lowers at the representative `sizes`: a kernel is
+    compiled per size only where its symbolic form is refused, not the op itself."""
+    static = at_sizes(group.subgraph(graph), sizes)
+    try:
+        kernel_of(static, group, lowering)
+    except PolytileError:
+        raise err from None
 
 
 def _verified(schedule: Schedule) -> tuple[Schedule, AstNode]:
@@ -206,19 +251,21 @@ def _verified(schedule: Schedule) -> tuple[Schedule, AstNode]:
 
 def build(
     graph: Graph,
-    schedules: Sequence[Schedule],
+    schedules: Sequence[Schedule | Specialized],
     workloads: Sequence[str],
     target: Target,
     stats: CompileStats | None = None,
     workers: int | None = None,
     asts: Sequence[AstNode | None] | None = None,
     checks: Sequence[PendingCheck] = (),
+    groups: Sequence[Group] | None = None,
 ) -> CompiledModel:
     """The compiled model of a graph whose groups (in order) run the given schedules
-    (`codegen.link.link`: `workloads`, `asts` and `checks` as there)."""
+    (`codegen.link.link`: `workloads`, `asts`, `checks` and `groups` as there; a
+    `Specialized` step is compiled per size on first use, `polytile.special`)."""
     stats = stats or CompileStats()
     start = time.perf_counter()
-    linked = link(graph, schedules, workloads, target, asts, checks, workers)
+    linked = link(graph, schedules, workloads, target, asts, checks, workers, groups)
     jit = JitModule(linked.parts, target)
     layout = linked.layout
     stats.llvm = time.perf_counter() - start
@@ -237,8 +284,23 @@ def build(
         calls=layout.calls,
         checks=layout.checks,
         dynamic=layout.dynamic,
+        specials=linked.specials,
     )
-    return CompiledModel(manifest, layout.constants, jit, linked.parts, target, stats)
+    sources = [groups[s.step].subgraph(graph) for s in linked.specials] if groups else []
+    return CompiledModel(
+        manifest, layout.constants, jit, linked.parts, target, stats, sources, compile_static
+    )
+
+
+def compile_static(graph: Graph, target: Target) -> CompiledModel:
+    """A kernel compiled per size at its sizes (`polytile.special`): its static graph."""
+    return compile(graph, target=target)
+
+
+def load(path: str | os.PathLike[str], num_threads: int | None = None) -> CompiledModel:
+    """`pt.load`: a saved model (`runtime.load`) whose kernels compiled per size compile
+    here on first use."""
+    return runtime.load(path, num_threads, compile_static)
 
 
 def _spec(graph: Graph, name: str) -> IOSpec:

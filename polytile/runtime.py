@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from polytile.codegen.c_header import c_header, constant_offsets
 from polytile.codegen.dynamic import DynamicPlan, bind, shape_at
@@ -45,6 +46,7 @@ from polytile.codegen.jit import (
 )
 from polytile.codegen.link import OutputCopy
 from polytile.codegen.module import FAULT, IndexCheck, KernelCall
+from polytile.codegen.special import Specialized
 from polytile.codegen.target import Target, host
 from polytile.codegen.timing import Timing
 from polytile.errors import CodegenError, IndexOutOfRangeError, InputError, ModelError
@@ -53,6 +55,8 @@ from polytile.frontend.ops.indexing import IndexBound, out_of_range_message
 from polytile.poly.ir.buffers import aligned_block, aligned_empty
 from polytile.poly.ir.kernel import size_of
 from polytile.version import __version__
+
+from .special import CompileGraph, Specializations, load_source
 
 FORMAT_VERSION = 1
 
@@ -83,6 +87,8 @@ class Manifest:
     checks: tuple[IndexCheck, ...] | None = ()
     #: a model compiled for all sizes: its sizes and arena, worked out per run
     dynamic: DynamicPlan | None = None
+    #: its kernels compiled per size on first use (`polytile.special`)
+    specials: tuple[Specialized, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         def spec(s: IOSpec) -> dict[str, Any]:
@@ -104,6 +110,8 @@ class Manifest:
             data["checks"] = [c.to_json() for c in self.checks]
         if self.dynamic is not None:
             data["dynamic"] = self.dynamic.to_json()
+        if self.specials:
+            data["specials"] = [s.to_json() for s in self.specials]
         return data
 
     @staticmethod
@@ -125,6 +133,7 @@ class Manifest:
                 tuple(IndexCheck.from_json(c) for c in data["checks"]) if "checks" in data else None
             ),
             dynamic=DynamicPlan.from_json(data["dynamic"]) if "dynamic" in data else None,
+            specials=tuple(Specialized.from_json(s) for s in data.get("specials", ())),
         )
 
 
@@ -187,7 +196,11 @@ class CompiledModel:
         parts: Sequence[Part],
         target: Target,
         stats: Any = None,
+        sources: Sequence[Any] = (),
+        compile_graph: CompileGraph | None = None,
     ) -> None:
+        """`sources`: the subgraphs of the kernels compiled per size (`specials`), which
+        `compile_graph` compiles (`polytile.special`)."""
         self.manifest = manifest
         self.constants = aligned_block(constants)
         self.target = target
@@ -204,6 +217,12 @@ class CompiledModel:
         if manifest.dynamic is not None and jit.global_address(TABLE_LENGTH):
             self._planner = _Planner(jit.address(PLAN))
         self._lock = threading.Lock()
+        #: the kernels compiled per size, and their specializations so far
+        self.specializations: Specializations | None = None
+        if manifest.specials:
+            self.specializations = Specializations(
+                manifest.name, manifest.specials, sources, target, compile_graph
+            )
         self._arena = aligned_empty((manifest.arena_bytes,), np.uint8)
         self._constant_table = (ctypes.c_void_p * max(1, len(self.constants)))(
             *[c.ctypes.data for c in self.constants]
@@ -308,7 +327,10 @@ class CompiledModel:
                     f"model '{self.manifest.name}': size '{size}' = {value} is outside the "
                     f"bounds [{low}, {high}] the model was compiled for"
                 )
-        return dynamic.table(named, self._native_plan if self._planner else None)
+        table, arena, values = dynamic.table(named, self._native_plan if self._planner else None)
+        if self.specializations is not None:  # each specialized kernel's function there
+            table = self.specializations.table(dynamic, table, values)
+        return table, arena, values
 
     def _native_plan(self, sizes: np.ndarray, table: np.ndarray) -> int:
         """The model's compiled planner at these named sizes (`DynamicPlan.table`)."""
@@ -483,6 +505,8 @@ class CompiledModel:
                 (tmp / f"part{i}.o").write_bytes(part.obj)
                 (tmp / f"part{i}.bc").write_bytes(part.bitcode)
             np.savez(tmp / "constants.npz", *self.constants)
+            if self.specializations is not None:
+                self.specializations.save(tmp)
 
         replace_directory(out, write)
         return out
@@ -512,6 +536,13 @@ class CompiledModel:
         tensor). `polytile_run` then takes the table as a fifth argument. The plan is
         the one `run` makes (`codegen.dynamic_plan`: tensors placed in a few orders
         fixed at compile time, the one needing the fewest bytes kept)."""
+        if self.manifest.specials:
+            kernels = "; ".join(f"{s.name}: {s.reason}" for s in self.manifest.specials)
+            raise CodegenError(
+                f"model '{self.manifest.name}' cannot be exported as a library: it compiles "
+                f"kernels per size when first run at a size, which a C library cannot "
+                f"({kernels}); compile it with dynamic=False at the sizes it needs"
+            )
         if linker() is None:
             raise CodegenError(
                 "export_library needs a system linker (cc, gcc or clang) and none was found; "
@@ -541,9 +572,15 @@ class CompiledModel:
         return out
 
 
-def load(path: str | os.PathLike[str], num_threads: int | None = None) -> CompiledModel:
+def load(
+    path: str | os.PathLike[str],
+    num_threads: int | None = None,
+    compile_graph: CompileGraph | None = None,
+) -> CompiledModel:
     """Restore a saved model. Machine code is reused when this CPU matches the one it was
-    built for; otherwise the saved bitcode is compiled for this CPU (never rescheduled)."""
+    built for; otherwise the saved bitcode is compiled for this CPU (never rescheduled).
+    `compile_graph` compiles its kernels compiled per size (`polytile.special`) on first
+    use: `pt.load` (`polytile.compiler.load`) gives the compiler's."""
     root = Path(path)
     try:
         data = json.loads((root / "manifest.json").read_text())
@@ -567,9 +604,11 @@ def load(path: str | os.PathLike[str], num_threads: int | None = None) -> Compil
                 parts.append(Part(bitcode, (root / f"part{i}.o").read_bytes()))
             else:
                 parts.append(recompile_part(bitcode, target))
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        sources = [load_source(root, f"special{i}") for i in range(len(manifest.specials))]
+    except (OSError, ValueError, KeyError, TypeError, DecodeError) as err:
         raise ModelError(f"'{path}' is not a readable saved polytile model: {err}") from None
     except CodegenError as err:
         raise ModelError(f"'{path}': {err}") from None
     manifest = Manifest(**{**vars(manifest), "target": target.key()})
-    return CompiledModel(manifest, constants, JitModule(parts, target), parts, target)
+    jit = JitModule(parts, target)
+    return CompiledModel(manifest, constants, jit, parts, target, None, sources, compile_graph)

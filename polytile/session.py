@@ -5,10 +5,11 @@
     sess.get_inputs()[0].name, .shape, .type
 
 A model with symbolic input dimensions is compiled once for all their sizes (`compile`'s
-`dynamic`), as onnxruntime runs any shape with one session. Where that compile is refused
-(a comparison of sizes that needs `bounds`, a kernel that cannot stay symbolic), the
-session says why in a warning and compiles per distinct set of input shapes instead, as
-it does with `dynamic=False`.
+`dynamic`), as onnxruntime runs any shape with one session; a kernel that cannot stay
+symbolic is compiled per size on first use inside that model (`polytile.special`). Where
+the compile for all sizes is refused (a shape the sizes cannot express, a comparison of
+sizes that needs `bounds`), the session says why in a warning and compiles per distinct
+set of input shapes instead, as it does with `dynamic=False`.
 """
 
 from __future__ import annotations
