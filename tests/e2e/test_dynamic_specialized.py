@@ -21,6 +21,7 @@ import polytile as pt
 import polytile.compiler
 import polytile.special
 from polytile import cli
+from polytile.codegen import cache, link
 from polytile.errors import CodegenError, ShapeError
 from polytile.frontend import Graph
 
@@ -167,3 +168,39 @@ def test_the_session_compiles_such_a_model_once_without_a_fallback_warning() -> 
         np.testing.assert_allclose(
             sess.run(None, feeds)[0], ort_run(resize_model(), feeds)[0], rtol=1e-4, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("stage", ["schedule", "code"])
+def test_a_refused_schedule_or_code_is_compiled_per_size_too(
+    stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The classifier's symbolic schedule (or its code) refused: it joins the Resize's
+    kernel in being compiled per size, and every size still matches onnxruntime."""
+
+    def refusing(real: Any) -> Any:
+        def wrapped(schedule_or_kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            kernel = getattr(schedule_or_kernel, "kernel", schedule_or_kernel)
+            if kernel.params and "MatMul" in kernel.name:
+                raise CodegenError("refused for the test")
+            return real(schedule_or_kernel, *args, **kwargs)
+
+        return wrapped
+
+    if stage == "schedule":
+        monkeypatch.setattr(
+            polytile.compiler, "default_schedule", refusing(polytile.compiler.default_schedule)
+        )
+    else:
+        monkeypatch.setattr(link, "kernel_module", refusing(link.kernel_module))
+        monkeypatch.setattr(cache, "EMITTED", cache.Memo(8))  # emitted afresh
+    compiled = pt.compile(resize_model(), bounds={"batch": (1, 8)})
+    specials = compiled.manifest.specials
+    assert len(specials) == 2
+    assert any("Resize" in label for label in specials[0].nodes)
+    assert specials[1].nodes == ("node 'classifier' (MatMul)",)
+    assert specials[1].reason == f"its {stage} cannot stay symbolic: refused for the test"
+    monkeypatch.undo()
+    for batch in (2, 6):
+        _check(compiled, batch)
+    assert compiled.specializations is not None
+    assert compiled.specializations.compilations == 4
