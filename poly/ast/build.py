@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import islpy as isl
 
+from polytile.poly.ast.facts import prune_decided
 from polytile.poly.ast.nodes import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
 from polytile.poly.ast.rows import split_partial_rows
 from polytile.poly.ast.tiles import CONSTANT_TRIPS, isolate_full_tiles
@@ -68,7 +69,9 @@ def build_ast(schedule: Schedule) -> AstNode:
     with ih.operation_budget(AST_OPERATIONS, refusal, step="AST generation"):
         tree = isolate_full_tiles(to_isl(schedule))
         node = build.node_from_schedule(tree)
-    return split_partial_rows(unswitch_partial_trips(_node(node, {})), schedule.kernel)
+    ast = unswitch_partial_trips(_node(node, {}))
+    ast = prune_decided(ast, params)  # branches the tests around them rule out
+    return split_partial_rows(ast, schedule.kernel)
 
 
 def marked_loops(node: AstNode) -> set[str]:

@@ -137,11 +137,11 @@ def test_tails_in_two_serial_loops_are_both_set_apart() -> None:
     schedule = T.reorder(schedule, "i0", "j0", "k", "i1", "j1")
     schedule = T.unroll(T.unroll(schedule, "i1"), "j1")
     ast = verify_ast(schedule)
-    assert [constant_bound(loop) for loop in loops_named(ast, "i1")] == [3, 3, 1, 1, 1, 1]
+    assert [constant_bound(loop) for loop in loops_named(ast, "i1")] == [3, 3, 1, 1]
     # i's full tile: j's full tiles (j1 to 7) and j's tail (to 4); i's tail: j unsplit,
-    # its full tiles under a hoisted test (to 7), the rest in blocks of 4, 2 and 1
-    # columns (`rows.split_partial_rows`), each block's trip count a constant
-    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, 7, 3, 1, 0]
+    # its full tiles under a hoisted test (to 7), the rest where the test fixes j0 = 2
+    # (to 4, `facts.prune_decided`)
+    assert [constant_bound(loop) for loop in loops_named(ast, "j1")] == [7, 4, 7, 4]
     check_mm_relu(schedule)
 
 
@@ -354,8 +354,8 @@ def test_rows_of_a_parallel_loops_partial_tile_get_constant_trip_counts() -> Non
     assert len(tests) == 1
     assert [constant_bound(loop) for loop in loops_named(tests[0].then, "i1")] == [5]
     assert [constant_bound(loop) for loop in loops_named(tests[0].then, "j1")] == [3]
-    # the rest in blocks of 4, 2 and 1 rows (`rows.split_partial_rows`)
-    assert [constant_bound(loop) for loop in loops_named(tests[0].orelse, "i1")] == [3, 1, 0]
+    # the rest: i0 = 2 there, so its rows end at a constant (`facts.prune_decided`)
+    assert [constant_bound(loop) for loop in loops_named(tests[0].orelse, "i1")] == [3]
     check_mm_relu(schedule)
 
 
