@@ -254,8 +254,10 @@ def fuse_named(schedule: Schedule, *names: str, check_ast: bool = True) -> tuple
     fused = Loop(name, exprs, path[-1].body, "")
     body = _replace_top(schedule.body, path[0].name, fused)
     result = schedule.with_step(body, Step("fuse", {"loops": tuple(names)}))
-    check_order(result, step)
-    result = check_marks(result, step)
+    # no dependence or mark to check again: every inner loop starts at 0 and stays below
+    # its extent, so (a, b) -> a*extent + b is a bijection that keeps the lexicographic
+    # order of the instances, and the loops below keep the same pairs of instances at
+    # equal enclosing values (`test_fuse_keeps_the_order_of_every_pair_of_instances`)
     if not check_ast:
         return result, name
     try:

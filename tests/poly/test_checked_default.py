@@ -4,6 +4,7 @@ the whole AST fails the check (isl's AST generator can drop a fused nest's insta
 
 from __future__ import annotations
 
+import islpy as isl
 import pytest
 
 import polytile.poly.default.schedule as D
@@ -12,7 +13,12 @@ from polytile.poly.ast.build import build_ast
 from polytile.poly.default.schedule import DefaultConfig, checked_default, default_schedule
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.kernel import Kernel
-from polytile.poly.ir.schedule import Schedule, initial_schedule
+from polytile.poly.ir.schedule import (
+    Schedule,
+    initial_schedule,
+    reversed_dependences,
+    schedule_map,
+)
 from polytile.poly.transform import steps as T
 
 from kernels import mm_relu
@@ -89,3 +95,37 @@ def test_a_whole_ast_that_fails_its_check_takes_checked_fuses_then_the_initial_s
     with pytest.warns(UserWarning, match="initial schedule"):
         got, ast = checked_default(k, CONFIG)
     assert got.trace == initial_schedule(k).trace and ast == build_ast(got)
+
+
+def _precedes(schedule: Schedule) -> isl.UnionMap:
+    """Instance → the instances the schedule runs after it."""
+    timed = schedule_map(schedule).intersect_domain(schedule.kernel.domain())
+    spaces: list[isl.Set] = []
+    timed.range().foreach_set(spaces.append)
+    later = isl.UnionMap.from_map(isl.Map.lex_lt(spaces[0].get_space()))
+    return timed.apply_range(later).apply_range(timed.reverse())
+
+
+def _fuse_cases() -> list[tuple[Schedule, tuple[str, ...]]]:
+    plain = initial_schedule(mm_relu(12, 8, 4))
+    nested = T.reverse_compute_at(plain, "C", "j")  # Y's k loop and C under i, j
+    tiled, (i0, i1) = T.split_named(plain, "i_1", (None, 4))
+    symbolic = initial_schedule(kernel("Y[b, i, j] = X[b, i, j] * 2.0", X=("n", 3, 5)))
+    return [
+        (nested, ("i", "j")),
+        (plain, ("j", "k")),  # through the reduction loop
+        (tiled, (i0, i1)),  # a tile loop and its floor / modulo
+        (tiled, (i0, i1, "j_1")),
+        (symbolic, tuple(lp.name for lp in symbolic.loops_of("Y")[:2])),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_fuse_keeps_the_order_of_every_pair_of_instances(case: int) -> None:
+    """Why a fuse checks no dependence and no mark again: the fused value of each
+    instance orders all pairs of instances as the loops it replaces did."""
+    schedule, loops = _fuse_cases()[case]
+    fused = T.fuse(schedule, *loops)
+    assert [s.kind for s in fused.trace][-1] == "fuse"
+    assert _precedes(fused).is_equal(_precedes(schedule))
+    assert reversed_dependences(fused).is_empty()
