@@ -216,6 +216,10 @@ def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
         bounds=bounds or None,
     )
     print(describe(path.name, time.perf_counter() - start, result.stats))
+    if result.manifest.specials:  # which kernels compile per size, and why
+        from polytile.explain import explain_model
+
+        print(explain_model(result), end="")
     return result
 
 

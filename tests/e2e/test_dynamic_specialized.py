@@ -23,6 +23,7 @@ import polytile.special
 from polytile import cli
 from polytile.codegen import cache, link
 from polytile.errors import CodegenError, ShapeError
+from polytile.explain import explain
 from polytile.frontend import Graph
 
 from peers import ort_run
@@ -110,14 +111,14 @@ def test_only_the_kernel_that_cannot_stay_symbolic_is_compiled_per_size(
 def test_explain_names_the_kernel_compiled_per_size_and_why() -> None:
     compiled = _compiled()
     _check(compiled, 2)
-    text = pt.explain(compiled)
+    text = explain(compiled)
     assert "compiled once for all sizes of batch" in text
     assert "node 'resize' (Resize)" in text
     assert "compiled per size (batch) on first use, because its lowering cannot stay" in text
     assert "compiled so far at: " in text and "batch=2" in text
 
 
-def test_cli_explain_marks_the_group_compiled_per_size(
+def test_cli_explain_and_compile_name_the_group_compiled_per_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "resize.onnx"
@@ -126,6 +127,9 @@ def test_cli_explain_marks_the_group_compiled_per_size(
     out = capsys.readouterr().out
     assert "is compiled per size on first use, because its lowering cannot stay symbolic" in out
     assert "Resize → Conv" in out and "(compiled per size)" in out
+    assert cli.main(["compile", str(path), "-o", str(tmp_path / "resize.ptm")]) == 0
+    out = capsys.readouterr().out
+    assert "1 kernel(s) compiled per size instead" in out and "node 'resize' (Resize)" in out
 
 
 def test_a_saved_model_compiles_its_specializations_again_on_first_use(
