@@ -111,7 +111,11 @@ class Specializations:
             model = self.compile_graph(at_sizes(self.sources[number], sizes, name), self.target)
         except PolytileError as err:
             raise CodegenError(f"{where}: {err}") from err
-        if model.manifest.copies or len(model.manifest.outputs) != len(special.outputs):
+        m = model.manifest
+        if tuple(s.name for s in m.inputs) != special.inputs:
+            raise CodegenError(f"{where}: it takes inputs {[s.name for s in m.inputs]}, "
+                               f"not the kernel's {list(special.inputs)}")  # fmt: skip
+        if m.copies or tuple(s.name for s in m.outputs) != special.outputs:
             raise CodegenError(f"{where}: its outputs are not all computed by its kernels")
         return model
 

@@ -208,3 +208,44 @@ def test_a_refused_schedule_or_code_is_compiled_per_size_too(
         _check(compiled, batch)
     assert compiled.specializations is not None
     assert compiled.specializations.compilations == 4
+
+
+def slice_model() -> onnx.ModelProto:
+    """MatMul (symbolic), then a Slice starting at seq // 2 (a start read from the sizes:
+    its kernel is compiled per size), Relu and a MatMul fused after it."""
+    rng = np.random.default_rng(12)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+        for name, shape in [("w1", (8, 8)), ("w2", (8, 4))]
+    ]
+    inits += [
+        numpy_helper.from_array(np.array([value], np.int64), name)
+        for name, value in [("two", 2), ("end", 1 << 40), ("axis", 1)]
+    ]
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        n("Shape", ["x"], ["s"], name="shape", start=1, end=2),
+        n("Div", ["s", "two"], ["half"], name="half"),
+        n("Slice", ["h", "half", "end", "axis"], ["sl"], name="slice"),
+        n("Relu", ["sl"], ["r"], name="relu"),
+        n("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "slice_special", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_slice_starting_at_a_size_is_compiled_per_batch_and_sequence() -> None:
+    compiled = pt.compile(slice_model(), bounds={"batch": (1, 8), "seq": (1, 64)})
+    (special,) = compiled.manifest.specials
+    assert special.nodes[0] == "node 'slice' (Slice)" and special.params == ("batch", "seq")
+    for batch, seq in [(1, 4), (2, 7), (1, 4), (3, 33), (2, 7)]:
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 8)).astype(np.float32)
+        (got,) = compiled.run({"x": x})
+        (want,) = ort_run(slice_model(), {"x": x})
+        assert got.shape == want.shape == (batch, seq - seq // 2, 4)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert compiled.specializations is not None
+    assert compiled.specializations.compilations == 3
