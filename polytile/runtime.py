@@ -253,6 +253,8 @@ class CompiledModel:
                 f"model '{self.manifest.name}': num_threads must be at least 1, got {count}"
             )
         self._jit.set_threads(count)
+        if self.specializations is not None:
+            self.specializations.set_num_threads(count)
 
     def _check(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         name = self.manifest.name

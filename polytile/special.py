@@ -72,6 +72,15 @@ class Specializations:
         self.compilations = 0
         self._tables: dict[tuple[int, ...], np.ndarray] = {}
         self._lock = threading.Lock()
+        #: the thread count the model was set to run with (`set_num_threads`), if any
+        self._threads: int | None = None
+
+    def set_num_threads(self, count: int) -> None:
+        """Run the specializations, those compiled so far and later ones, on `count`
+        threads, as the model's own kernels."""
+        self._threads = count
+        for model in self.compiled.values():
+            model.set_num_threads(count)
 
     def table(self, plan: DynamicPlan, table: np.ndarray, values: Mapping[str, int]) -> np.ndarray:
         """The dynamic table at these sizes (`values`: every size's) with each
@@ -96,6 +105,8 @@ class Specializations:
         found = self.compiled.get((number, sizes))
         if found is None:
             found = self._compile(number, dict(zip(special.params, sizes, strict=True)))
+            if self._threads is not None:
+                found.set_num_threads(self._threads)
             self.compiled[(number, sizes)] = found
             self.compilations += 1
         return found
