@@ -8,6 +8,9 @@ The pipeline, one reason per stage:
   heuristic: tiled, vectorized, parallel, weights packed), distinct workloads on forked
   workers side by side, and transplant the loops onto identical groups (their own
   weights packed); each schedule's AST is checked to run every instance exactly once;
+- in a compile for all sizes, a group whose lowering, schedule or code cannot stay
+  symbolic (while it lowers at the representative sizes) is compiled per size on first
+  use instead (`polytile.special`), the rest of the model staying symbolic;
 - check indices (`codegen.link.index_bounds`): compile-time index tensors now, run-time
   ones by the entry function before the kernel that reads them, so that a bad index
   stops the run with an error naming the node instead of reading outside a tensor;
@@ -101,7 +104,9 @@ def compile(
 
     `dynamic`: compile once for every value of the symbolic input sizes (ONNX
     `dim_param`s, or names in `input_shapes`), within `bounds` (`{"seq": (1, 512)}`):
-    the model then runs at any of them without compiling again. None (the default) does
+    the model then runs at any of them without compiling again, but for a kernel that
+    cannot stay symbolic, compiled at each of its sizes on first use (`polytile.special`;
+    `explain(model)` names them). None (the default) does
     so when an input keeps a symbolic size; False asks for a static compile, which needs
     `input_shapes` with every size.
     """
