@@ -3,6 +3,7 @@ each over its domain in lexicographic order)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,33 @@ def compute_dependences(kernel: Kernel) -> Dependences:
         output=output.subtract(reduction),
         reduction=reduction,
     )
+
+
+def ordering_touching(kernel: Kernel, stmts: Collection[str]) -> isl.UnionMap:
+    """`compute_dependences(kernel).ordering()`, only the dependences with an end in one
+    of `stmts`: the pairs of those statements' accesses with everyone's, without the
+    pairs of every other two statements (for a check where only `stmts` changed)."""
+    mine = [s for s in kernel.statements if s.name in stmts]
+    order = program_order(kernel)
+    own = order.intersect_domain(ih.union_set([s.domain_set() for s in mine]))
+    before = order.lex_lt_union_map(own).union(own.lex_lt_union_map(order))
+    reads, writes = kernel.reads(), kernel.writes()
+    my_reads = ih.union_map([m for s in mine for m in s.read_maps()])
+    my_writes = ih.union_map([s.write_map() for s in mine])
+    pairs = [
+        (writes, my_reads),
+        (my_writes, reads),
+        (reads, my_writes),
+        (my_reads, writes),
+        (writes, my_writes),
+        (my_writes, writes),
+    ]
+    found = ih.union_map([_pairs(a, b, before) for a, b in pairs])
+    for s in mine:
+        if s.reduction is not None:
+            acc = isl.UnionMap.from_map(s.write_map())
+            found = found.subtract(_pairs(acc, acc, before))
+    return found
 
 
 def may_share(kernel: Kernel, read: str, written: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -24,6 +24,7 @@ import islpy as isl
 from polytile.errors import IllegalSchedule
 from polytile.names import unique_name
 from polytile.poly.ir import isl_helpers as ih
+from polytile.poly.ir.deps import ordering_touching
 from polytile.poly.ir.kernel import Kernel, mentions
 
 ANNOTATIONS = ("", "parallel", "vector", "unroll")
@@ -283,9 +284,12 @@ def schedule_map(schedule: Schedule) -> isl.UnionMap:
     return to_isl(schedule).get_map()
 
 
-def check_order(schedule: Schedule, step: str) -> None:
-    """Every dependence source still runs before its sink; else IllegalSchedule."""
-    violated = reversed_dependences(schedule)
+def check_order(schedule: Schedule, step: str, changed: Collection[str] | None = None) -> None:
+    """Every dependence source still runs before its sink; else IllegalSchedule. Given
+    `changed`, the step changed only those statements' accesses or loops, in a schedule
+    that kept every dependence before: only the dependences with an end in one of them
+    are checked (`ordering_touching`)."""
+    violated = reversed_dependences(schedule, changed)
     if not violated.is_empty():
         raise IllegalSchedule(
             f"kernel {schedule.kernel.name}: step {step} reverses the dependence "
@@ -293,13 +297,19 @@ def check_order(schedule: Schedule, step: str) -> None:
         )
 
 
-def reversed_dependences(schedule: Schedule) -> isl.UnionMap:
-    """Dependences whose sink the schedule does not run strictly after the source.
+def reversed_dependences(
+    schedule: Schedule, changed: Collection[str] | None = None
+) -> isl.UnionMap:
+    """Dependences whose sink the schedule does not run strictly after the source (of
+    those with an end in `changed`, if given).
 
     Each dependence is mapped into schedule time (one flat space for the whole tree) and
     compared there, which avoids building the lexicographic order of every pair of
     statements (`lex_lt_union_map`)."""
-    deps = schedule.kernel.dependences.ordering()
+    if changed is None:
+        deps = schedule.kernel.dependences.ordering()
+    else:
+        deps = ordering_touching(schedule.kernel, changed)
     if deps.is_empty():
         return deps
     sched = schedule_map(schedule)
