@@ -3,7 +3,8 @@
 A saved model (`.ptm`) is a directory holding `manifest.json` (inputs, outputs, the kernel
 calls and memory plan, the target it was built for), `module.o` (machine code),
 `module.bc` (optimized LLVM bitcode, to rebuild machine code for another CPU without
-rescheduling) and `constants.npz` (packed weights).
+rescheduling) and `constants.npz` (packed weights); a model compiled for all sizes with
+kernels compiled per size also holds their subgraphs (`special<i>.*`, `polytile.special`).
 
 The native entry returns a status: 0, or the number (plus one) of the run-time index
 check that failed (`codegen.module.IndexCheck`), which `run` raises as an

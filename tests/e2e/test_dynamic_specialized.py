@@ -139,6 +139,8 @@ def test_a_saved_model_compiles_its_specializations_again_on_first_use(
     _check(compiled, 2)
     loaded = pt.load(compiled.save(tmp_path / "special.ptm"))
     assert loaded.manifest.specials == compiled.manifest.specials
+    assert loaded.manifest.dynamic == compiled.manifest.dynamic  # with its special entries
+    assert loaded.manifest.dynamic is not None and loaded.manifest.dynamic.specials == 1
     loaded.set_num_threads(1)  # its specializations too, when they are compiled
     seen = _counting(monkeypatch)
     for batch in (2, 5, 2):
