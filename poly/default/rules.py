@@ -36,8 +36,10 @@ def register_block(
     the vectors moves with, in `gemm_block` rows where it holds two blocks of
     `config.rows`. Or one that they move with only by group, as a grouped conv's input
     channel `68*floor(m/68) + c`, in the most rows that never straddle a group
-    (ShuffleNet's grouped 1x1 convs, 68 channels a group). (None, `config.rows`) when
-    neither holds two blocks."""
+    (ShuffleNet's grouped 1x1 convs, 68 channels a group). A loop the operands do not
+    move with that is too short for two blocks is one block of all its rows (a product
+    of 7 rows: each weight read once, not once a row). (None, `config.rows`) when none
+    holds."""
     for name in reversed(spatial[:-1]):
         dim, length = dim_of[name], extent[name]
         if length == 1:  # a loop that runs once (a [50, 1, 768] operand's middle axis)
@@ -45,6 +47,8 @@ def register_block(
         if all(not depends(ld.index, dim) for ld in vec_loads):
             if length >= 2 * config.rows:
                 return name, gemm_block(length, config)
+            if length >= 2:  # too short for two blocks: all its rows in one
+                return name, length
             break
         for rows in range(gemm_block(length, config), 1, -1):
             if length >= 2 * rows and all(

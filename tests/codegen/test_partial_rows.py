@@ -15,6 +15,7 @@ from polytile.codegen.native import NativeKernel
 from polytile.poly.ast.build import AstNode, Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.ast.check import verify_ast
 from polytile.poly.ast.rows import split_partial_rows
+from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, initial_schedule
@@ -148,3 +149,23 @@ def test_counts_are_bounded_by_the_tests_around_them() -> None:
     guarded = If(Op("le", (Var("n"), Int(5))), open_count)
     out = split_partial_rows(guarded, k)
     assert isinstance(out, If) and isinstance(out.then, Block) and len(out.then.items) == 3
+
+
+@pytest.mark.parametrize("fewer", [1, 0])
+def test_fewer_rows_than_two_blocks_are_one_register_block(fewer: int) -> None:
+    """A product of fewer rows than two register blocks (a sequence of 7 where a block
+    holds 4 rows) keeps all of them in one block, each weight read once, rather than one
+    row at a time through memory."""
+    config = DefaultConfig(threads=2)
+    rows = 2 if fewer else 2 * config.rows - 1
+    k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=(rows, 64), B=(64, 96))
+    schedule = default_schedule(k, config)
+    ast = build_ast(schedule)
+    unrolled = [f for n in ("i", "i1") for f in _fors(ast, n) if f.annotation == "unroll"]
+    assert [_trips(f) for f in unrolled] == [rows], schedule.trace_json()
+    native = NativeKernel(schedule)
+    assert _promoted(native.ir, "k") == len(_fors(ast, "k"))
+    inputs = native.random_inputs(seed=rows)
+    np.testing.assert_allclose(
+        native.outputs(inputs)["Y"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5
+    )

@@ -353,15 +353,15 @@ def test_fuse_checks_only_its_own_top_level_nest(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize(
     ("width", "rows", "block"),
-    [(16, 24, 8), (16, 12, 4), (16, 7, None), (8, 24, 6), (8, 12, 6), (8, 7, 3), (8, 5, None)],
+    [(16, 24, 8), (16, 12, 4), (16, 7, 7), (8, 24, 6), (8, 12, 6), (8, 7, 3), (8, 5, 5)],
 )
 def test_default_register_block_is_twice_the_rows_where_two_fit(
     width: int, rows: int, block: int | None
 ) -> None:
     """Twice the register block of rows (enough independent FMA chains for two pipes)
-    when the rows hold two such blocks, else one block, else none: blocks of 4 with
-    AVX-512's 32 registers, of 3 with AVX's 16 (6 rows of two vectors: 12 accumulators
-    beside the operands, where 8 rows spilled). Each matches the reference."""
+    when the rows hold two such blocks, else one block, else all the rows in one: blocks
+    of 4 with AVX-512's 32 registers, of 3 with AVX's 16 (6 rows of two vectors: 12
+    accumulators beside the operands, where 8 rows spilled). Each matches the reference."""
     kernel = mm_relu(rows, 4 * width, 32)
     config = DefaultConfig(vector_width=width, threads=2, min_parallel_work=0)
     assert config.rows == (4 if width == 16 else 3)
