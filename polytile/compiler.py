@@ -46,7 +46,7 @@ from polytile.frontend.symbolic_graph import at_sizes, compute_graph
 from polytile.frontend.symbolic_import import import_symbolic
 from polytile.poly.ast.build import AstNode
 from polytile.poly.ast.check import verify_ast
-from polytile.poly.default.schedule import default_schedule, representative_sizes
+from polytile.poly.default.schedule import checked_default, representative_sizes
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, initial_schedule
 from polytile.poly.lower.base import LowerConfig
@@ -187,8 +187,10 @@ def _compile(
             warnings.simplefilter("always")
             try:
                 chosen = replay_record(kernel, tuned.get(key))
-                default = None if chosen else default_schedule(kernel, config, sizes)
-                schedule, ast = _verified(chosen or default)  # type: ignore[arg-type]
+                if chosen:
+                    schedule, ast = _verified(chosen)
+                else:  # one AST check for the kernel, not one per fused nest
+                    schedule, ast = checked_default(kernel, config, sizes)
             except PolytileError as err:
                 if not kernel.params:
                     raise

@@ -172,14 +172,14 @@ def test_kernels_scheduled_on_forked_workers_match_serial_scheduling(
     nodes += [node("Add", ["t", "s"], ["y"])]
     model = _model("scheduled", [16, 16], nodes, ["y"], {"w1": W1, "w2": W2})
     serial = pt.compile(model)
-    real = compiler.default_schedule
+    real = compiler.checked_default
 
     def warning_default(kernel, config, sizes=None):  # noqa: ANN202
         warnings.warn(f"scheduled {kernel.name}", UserWarning, stacklevel=1)
         return real(kernel, config, sizes)
 
     monkeypatch.setattr(compiler, "PARALLEL_SCHEDULE", 1)
-    monkeypatch.setattr(compiler, "default_schedule", warning_default)
+    monkeypatch.setattr(compiler, "checked_default", warning_default)
     with pytest.warns(UserWarning, match="scheduled") as caught:
         forked = pt.compile(model)
     assert len([w for w in caught if "scheduled" in str(w.message)]) >= 2

@@ -195,7 +195,7 @@ def test_a_refused_schedule_or_code_is_compiled_per_size_too(
 
     if stage == "schedule":
         monkeypatch.setattr(
-            polytile.compiler, "default_schedule", refusing(polytile.compiler.default_schedule)
+            polytile.compiler, "checked_default", refusing(polytile.compiler.checked_default)
         )
     else:
         monkeypatch.setattr(link, "kernel_module", refusing(link.kernel_module))
