@@ -1,4 +1,4 @@
-"""Partial register tiles in power-of-two blocks.
+"""Partial register tiles in blocks of constant heights.
 
 A register tile's unrolled row loop runs a number of times known only at run time in the
 last tile of a loop its size does not divide: `i1 < seq % 8` when `seq` is a size given
@@ -7,10 +7,11 @@ Codegen cannot unroll such a loop, so the reduction around it keeps its accumula
 memory, every row reading and writing them at each reduction step.
 
 BLAS kernels handle such edges with micro-kernels of fixed smaller heights; so does
-`split_partial_rows`: the reduction nest around the row loop is emitted once per power of
-two below the largest count, each copy running a block of that many rows (a constant
-count, so unrolled with its accumulators in registers) under a test of the count's bit:
-`t = 7` runs the blocks of 4, 2 and 1 rows, one after the other.
+`split_partial_rows`: the reduction nest around the row loop is emitted once per count up
+to `EXACT_COUNTS` (`t == 5`: one block of 5 rows, the operands read in one pass), and for
+larger counts once per power of two below the largest, under a test of the count's bit
+(`t = 13` runs blocks of 8, 4 and 1 rows). Each block's rows are a constant count,
+unrolled with their accumulators in registers.
 
 This moves the row loop out of the reduction loops around it. That is legal when the nest
 runs one statement, a reduction that does not read its own tensor: its instances then
@@ -34,7 +35,21 @@ MAX_ROWS = 16
 def split_partial_rows(node: AstNode, kernel: Kernel) -> AstNode:
     """The AST with each reduction nest around a row loop of run-time count emitted in
     blocks of constant counts (see the module's docstring)."""
-    return _walk(node, kernel, parameter_facts(kernel.params))
+    return _walk(_guards_as_bounds(node), kernel, parameter_facts(kernel.params))
+
+
+def _guards_as_bounds(node: AstNode) -> AstNode:
+    if isinstance(node, For):
+        node = _guard_as_bound(node)
+        return replace(node, body=_guards_as_bounds(node.body))
+    if isinstance(node, Block):
+        return Block(tuple(_guards_as_bounds(item) for item in node.items))
+    if isinstance(node, If):
+        orelse = None if node.orelse is None else _guards_as_bounds(node.orelse)
+        return If(node.cond, _guards_as_bounds(node.then), orelse)
+    if isinstance(node, Mark):
+        return replace(node, body=_guards_as_bounds(node.body))
+    return node
 
 
 def _walk(node: AstNode, kernel: Kernel, facts: Facts) -> AstNode:
@@ -82,24 +97,82 @@ def _split(nest: For, kernel: Kernel, facts: Facts) -> AstNode | None:
     assert isinstance(row_loop, For)
     count = Op("max", (count, Int(0)))
     blocks: list[AstNode] = []
-    size = 1 << (largest.bit_length() - 1)
-    while size:
-        if 2 * size > largest:  # the leading block: its bit is set when count >= size
-            test, done = Op("ge", (count, Int(size))), Int(0)
-        else:
-            test = Op("ge", (Op("pdiv_r", (count, Int(2 * size))), Int(size)))
-            done = Op("sub", (count, Op("pdiv_r", (count, Int(2 * size)))))
-        start = _plus(row_loop.init, done)
+    for test, start, size in _blocks(count, largest):
         block = replace(
             row_loop,
             init=Int(0),
             cond=Op("lt", (Var(row_loop.var), Int(size))),
             inc=Int(1),
-            body=_shift(row_loop.body, row_loop.var, start),
+            body=_shift(row_loop.body, row_loop.var, _plus(row_loop.init, start)),
         )
         blocks.append(If(test, _substitute(nest, row_loop, block)))
-        size //= 2
     return Block(tuple(blocks))
+
+
+#: counts up to this one get a block each (one pass over the operands: a partial tile of 7
+#: rows as 4 + 2 + 1 read its weights three times), larger ones blocks of powers of two
+EXACT_COUNTS = 8
+
+
+def _blocks(count: AstExpr, largest: int) -> list[tuple[AstExpr, AstExpr, int]]:
+    """(test, first row, rows) of each block."""
+    if largest <= EXACT_COUNTS:
+        return [(Op("eq", (count, Int(c))), Int(0), c) for c in range(largest, 0, -1)]
+    found = []
+    size = 1 << (largest.bit_length() - 1)
+    while size:
+        if 2 * size > largest:  # the leading block: its bit is set when count >= size
+            found.append((Op("ge", (count, Int(size))), Int(0), size))
+        else:
+            rest = Op("pdiv_r", (count, Int(2 * size)))
+            found.append((Op("ge", (rest, Int(size))), Op("sub", (count, rest)), size))
+        size //= 2
+    return found
+
+
+def _guard_as_bound(loop: For) -> For:
+    """An unrolled loop whose whole body is a test bounding its iterator above by an
+    expression of outer values (isl's `if (n % 8 >= i1 + 1)` in `i1 <= 6`), with the
+    test moved into its condition: the loop's count is then a run-time value."""
+    if loop.annotation != "unroll":
+        return loop
+    body = loop.body
+    if not isinstance(body, If) or body.orelse is not None:
+        return loop
+    end = _guard_end(body.cond, loop.var)
+    if end is None:
+        return loop
+    cond = Op("and", (loop.cond, Op("lt", (Var(loop.var), end))))
+    return replace(loop, cond=cond, body=body.then)
+
+
+def _guard_end(cond: AstExpr, var: str) -> AstExpr | None:
+    """`e` where `cond` says var < e (e free of var): `e >= var + c`, `var + c <= e`, ..."""
+    if not isinstance(cond, Op) or cond.op not in ("ge", "gt", "le", "lt"):
+        return None
+    left, right = cond.args
+    op = cond.op
+    if op in ("ge", "gt"):  # e >= var + c  is  var + c <= e
+        left, right, op = right, left, {"ge": "le", "gt": "lt"}[op]
+    offset = _offset(left, var)
+    if offset is None or var in _vars(right):
+        return None
+    # var + offset <= right: var < right - offset + 1; with lt: var < right - offset
+    shift = offset - (op == "le")
+    return right if shift == 0 else Op("sub", (right, Int(shift)))
+
+
+def _offset(e: AstExpr, var: str) -> int | None:
+    """c where e is `var + c` (or `var`)."""
+    if e == Var(var):
+        return 0
+    if isinstance(e, Op) and e.op == "add" and len(e.args) == 2:
+        a, b = e.args
+        if a == Var(var) and isinstance(b, Int):
+            return b.value
+        if b == Var(var) and isinstance(a, Int):
+            return a.value
+    return None
 
 
 def _rows(loop: For, facts: Facts) -> tuple[AstExpr, int] | None:

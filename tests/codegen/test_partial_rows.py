@@ -54,7 +54,7 @@ def _promoted(ir_text: str, var: str) -> int:
     return len(re.findall(rf"^{var}\.acc(\.\d+)?:", ir_text, re.M))
 
 
-@pytest.mark.parametrize("height", [6, 8])
+@pytest.mark.parametrize("height", [6, 8, 16])
 def test_symbolic_rows_match_numpy_at_every_count(height: int) -> None:
     k = kernel("Y[i, j] += A[i, k] * B[k, j]", A=("m", 40), B=(40, 48))
     schedule, _ = _row_tiles(k, height)
@@ -80,8 +80,8 @@ def test_every_reduction_of_a_symbolic_tile_keeps_registers(
     schedule, rows = _row_tiles(k, 8)
     ast = build_ast(schedule)
     reductions = _fors(ast, "k")
-    # full tiles of 8 rows, the last one's in blocks of 4, 2 and 1, each in a reduction
-    assert {_trips(f) for f in _fors(ast, rows)} == {8, 4, 2, 1}
+    # full tiles of 8 rows, the last one's a block for each count, each in a reduction
+    assert {_trips(f) for f in _fors(ast, rows)} == {8, 7, 6, 5, 4, 3, 2, 1}
     assert _promoted(NativeKernel(schedule).ir, "k") == len(reductions) >= 4
     monkeypatch.setattr(build, "split_partial_rows", lambda node, kernel: node)
     plain = build_ast(schedule)
@@ -103,19 +103,19 @@ def test_static_sizes_keep_their_tiles() -> None:
     )
 
 
-def _nest(*stmts: str) -> For:
-    """`for k { for i1 < n % 8 (unrolled) { calls } }`"""
+def _nest(*stmts: str, rows: int = 8) -> For:
+    """`for k { for i1 < n % rows (unrolled) { calls } }`"""
     calls = Block(tuple(Call(s, (Var("i1"), Var("k"))) for s in stmts))
-    rows = For(
+    loop = For(
         "i1",
         Int(0),
-        Op("lt", (Var("i1"), Op("pdiv_r", (Var("n"), Int(8))))),
+        Op("lt", (Var("i1"), Op("pdiv_r", (Var("n"), Int(rows))))),
         Int(1),
         calls,
         "i1",
         "unroll",
     )
-    return For("k", Int(0), Op("lt", (Var("k"), Int(5))), Int(1), rows, "k")
+    return For("k", Int(0), Op("lt", (Var("k"), Int(5))), Int(1), loop, "k")
 
 
 def test_only_a_single_reduction_moves_its_rows() -> None:
@@ -125,14 +125,16 @@ def test_only_a_single_reduction_moves_its_rows() -> None:
     k = kernel("S[i] += X[i, k]", "P[i, k] = S[i] * X[i, k]", X=(7, 5))
     k_sum = kernel("S[i] += X[i, k]", X=(7, 5))
     split = split_partial_rows(_nest("S"), k_sum)
-    assert isinstance(split, Block) and len(split.items) == 3  # rows 4, 2, 1
+    assert isinstance(split, Block) and len(split.items) == 7  # a block per count, 7 to 1
+    wide = split_partial_rows(_nest("S", rows=16), k_sum)
+    assert isinstance(wide, Block) and len(wide.items) == 4  # up to 15 rows: 8, 4, 2, 1
     assert split_partial_rows(_nest("S", "P"), k) == _nest("S", "P")
     copy = kernel("P[i, k] = X[i, k] * 2.0", X=(7, 5))
     assert split_partial_rows(_nest("P"), copy) == _nest("P")
 
 
 def test_counts_are_bounded_by_the_tests_around_them() -> None:
-    """`i1 < n` is split under `if (n <= 5)` (blocks 4, 2, 1) and not without a bound."""
+    """`i1 < n` is split under `if (n <= 5)` (a block per count) and not without a bound."""
     k = kernel("S[i] += X[i, k]", X=(7, 5))
     nest = _nest("S")
     rows = nest.body
@@ -148,7 +150,7 @@ def test_counts_are_bounded_by_the_tests_around_them() -> None:
     assert split_partial_rows(open_count, k) == open_count
     guarded = If(Op("le", (Var("n"), Int(5))), open_count)
     out = split_partial_rows(guarded, k)
-    assert isinstance(out, If) and isinstance(out.then, Block) and len(out.then.items) == 3
+    assert isinstance(out, If) and isinstance(out.then, Block) and len(out.then.items) == 5
 
 
 @pytest.mark.parametrize("fewer", [1, 0])
@@ -169,3 +171,22 @@ def test_fewer_rows_than_two_blocks_are_one_register_block(fewer: int) -> None:
     np.testing.assert_allclose(
         native.outputs(inputs)["Y"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_guard_on_the_rows_is_their_count() -> None:
+    """isl may bound the rows by a test in the unrolled loop (`i1 <= 6` holding
+    `if (n % 8 >= i1 + 1)`): that is the same run-time count, split the same way."""
+    k = kernel("S[i] += X[i, k]", X=(7, 5))
+    calls = Call("S", (Var("i1"), Var("k")))
+    guard = Op("ge", (Op("pdiv_r", (Var("n"), Int(8))), Op("add", (Var("i1"), Int(1)))))
+    rows = For(
+        "i1", Int(0), Op("le", (Var("i1"), Int(6))), Int(1), If(guard, calls), "i1", "unroll"
+    )
+    nest = For("k", Int(0), Op("lt", (Var("k"), Int(5))), Int(1), rows, "k")
+    out = split_partial_rows(nest, k)
+    assert isinstance(out, Block) and len(out.items) == 7
+    first = out.items[0]
+    assert isinstance(first, If) and isinstance(first.then, For)
+    block = first.then.body
+    assert isinstance(block, For) and block.cond == Op("lt", (Var("i1"), Int(7)))
+    assert block.body == calls  # the guard is gone: the block's count is the test
