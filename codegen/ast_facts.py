@@ -137,19 +137,6 @@ def constant_lower(e: AstExpr) -> int | None:
     return None
 
 
-def called(node: AstNode) -> set[str]:
-    """The statements called in or below a node."""
-    if isinstance(node, Call):
-        return {node.stmt}
-    if isinstance(node, Block):
-        return set().union(*(called(item) for item in node.items))
-    if isinstance(node, (For, Mark)):
-        return called(node.body)
-    if isinstance(node, If):
-        return called(node.then) | (called(node.orelse) if node.orelse is not None else set())
-    return set()
-
-
 def fors(node: AstNode) -> list[For]:
     """Every loop in or below a node, outer ones first."""
     if isinstance(node, For):

@@ -27,11 +27,12 @@ import numpy as np
 from llvmlite import ir
 
 from polytile.poly.ast.build import Call, For
+from polytile.poly.ast.nodes import called
 from polytile.poly.ast.quasi import flat_index
 from polytile.poly.ir.expr import Load, walk
 from polytile.poly.ir.kernel import Role, Statement, mentions
 
-from .ast_facts import called, constant_trips
+from .ast_facts import constant_trips
 from .emission import Emitter, KernelState
 from .llvm_types import I32, I64, PTR, STOP, Env, memory_type
 from .values import Instance, Lanes

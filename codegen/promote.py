@@ -25,12 +25,12 @@ from llvmlite import ir
 
 from polytile.errors import CodegenError
 from polytile.poly.ast.build import AstNode, Block, Call, For, Int, Mark
+from polytile.poly.ast.nodes import called
 from polytile.poly.ast.quasi import flat_index
 from polytile.poly.ir.expr import Load, walk
 from polytile.poly.ir.kernel import Statement, mentions
 
 from .ast_facts import (
-    called,
     exact,
     fors,
     linear_in,

@@ -16,7 +16,20 @@ from dataclasses import replace
 import islpy as isl
 
 from polytile.poly.ast.facts import prune_decided
-from polytile.poly.ast.nodes import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+from polytile.poly.ast.nodes import (
+    AstExpr,
+    AstNode,
+    Block,
+    Call,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    expr_vars,
+    map_exprs,
+)
 from polytile.poly.ast.rows import split_partial_rows
 from polytile.poly.ast.tiles import CONSTANT_TRIPS, isolate_full_tiles
 from polytile.poly.ir import isl_helpers as ih
@@ -339,10 +352,10 @@ def _invariant_guard(node: AstNode, bound: frozenset[str]) -> tuple[Int, AstExpr
                 ints = [a for a in e.args if isinstance(a, Int)]
                 rest = [a for a in e.args if not isinstance(a, Int)]
                 if len(ints) == 1 and len(rest) == 1:
-                    used = _vars(rest[0])
+                    used = expr_vars(rest[0])
                     # the constant is a full trip only where the start does not move
                     # with `e` (`j from 4 * j0 to min(9, 4 * j0 + 3)`: 9 is the end)
-                    if used and used <= bound and not used & _vars(loop.init):
+                    if used and used <= bound and not used & expr_vars(loop.init):
                         return ints[0], rest[0]
     return None
 
@@ -370,10 +383,6 @@ def _subexprs(e: AstExpr) -> list[AstExpr]:
     return [e]
 
 
-def _vars(e: AstExpr) -> frozenset[str]:
-    return frozenset(s.name for s in _subexprs(e) if isinstance(s, Var))
-
-
 def _fix(node: AstNode, limit: Int, rest: AstExpr) -> AstNode:
     """`node` with every `min(limit, rest)` replaced by `limit` (true where rest >= limit)."""
 
@@ -384,21 +393,4 @@ def _fix(node: AstNode, limit: Int, rest: AstExpr) -> AstNode:
             return Op(e.op, tuple(expr(a) for a in e.args))
         return e
 
-    if isinstance(node, For):
-        return replace(
-            node,
-            init=expr(node.init),
-            cond=expr(node.cond),
-            inc=expr(node.inc),
-            body=_fix(node.body, limit, rest),
-        )
-    if isinstance(node, Block):
-        return Block(tuple(_fix(item, limit, rest) for item in node.items))
-    if isinstance(node, If):
-        orelse = _fix(node.orelse, limit, rest) if node.orelse is not None else None
-        return If(expr(node.cond), _fix(node.then, limit, rest), orelse)
-    if isinstance(node, Mark):
-        return replace(node, body=_fix(node.body, limit, rest))
-    if isinstance(node, Call):
-        return Call(node.stmt, tuple(expr(a) for a in node.args))
-    return node
+    return map_exprs(node, expr)

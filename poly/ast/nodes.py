@@ -3,7 +3,8 @@ checks and `explain` consume instead of islpy objects (`build` converts isl's AS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,46 @@ class Mark:
 
 
 AstNode = For | If | Block | Call | Mark
+
+
+def map_exprs(node: AstNode, f: Callable[[AstExpr], AstExpr]) -> AstNode:
+    """The AST with `f` applied to each expression: loop bounds and steps, tests, and
+    the calls' arguments."""
+    if isinstance(node, For):
+        return replace(
+            node,
+            init=f(node.init),
+            cond=f(node.cond),
+            inc=f(node.inc),
+            body=map_exprs(node.body, f),
+        )
+    if isinstance(node, Block):
+        return Block(tuple(map_exprs(item, f) for item in node.items))
+    if isinstance(node, If):
+        orelse = map_exprs(node.orelse, f) if node.orelse is not None else None
+        return If(f(node.cond), map_exprs(node.then, f), orelse)
+    if isinstance(node, Mark):
+        return replace(node, body=map_exprs(node.body, f))
+    return Call(node.stmt, tuple(f(a) for a in node.args))
+
+
+def called(node: AstNode) -> set[str]:
+    """The statements called in or below a node."""
+    if isinstance(node, Call):
+        return {node.stmt}
+    if isinstance(node, Block):
+        return set().union(*(called(item) for item in node.items))
+    if isinstance(node, (For, Mark)):
+        return called(node.body)
+    if isinstance(node, If):
+        return called(node.then) | (called(node.orelse) if node.orelse is not None else set())
+    return set()
+
+
+def expr_vars(e: AstExpr) -> frozenset[str]:
+    """The variables an expression reads."""
+    if isinstance(e, Var):
+        return frozenset((e.name,))
+    if isinstance(e, Op):
+        return frozenset().union(*(expr_vars(a) for a in e.args))
+    return frozenset()

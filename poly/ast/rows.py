@@ -24,7 +24,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from polytile.poly.ast.facts import Facts, bounds, in_loop, learn, parameter_facts
-from polytile.poly.ast.nodes import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+from polytile.poly.ast.nodes import (
+    AstExpr,
+    AstNode,
+    Block,
+    For,
+    If,
+    Int,
+    Mark,
+    Op,
+    Var,
+    called,
+    expr_vars,
+    map_exprs,
+)
 from polytile.poly.ir.expr import Load, walk
 from polytile.poly.ir.kernel import Kernel
 
@@ -84,7 +97,7 @@ def _split(nest: For, kernel: Kernel, facts: Facts) -> AstNode | None:
             node = node.items[0]
         elif isinstance(node, For) and node.annotation in ("", "unroll"):
             rows = _rows(node, facts)
-            if rows is not None and not _vars(rows[0]) & chain:
+            if rows is not None and not expr_vars(rows[0]) & chain:
                 break
             chain.add(node.var)
             node = node.body
@@ -155,7 +168,7 @@ def _guard_end(cond: AstExpr, var: str) -> AstExpr | None:
     if op in ("ge", "gt"):  # e >= var + c  is  var + c <= e
         left, right, op = right, left, {"ge": "le", "gt": "lt"}[op]
     offset = _offset(left, var)
-    if offset is None or var in _vars(right):
+    if offset is None or var in expr_vars(right):
         return None
     # var + offset <= right: var < right - offset + 1; with lt: var < right - offset
     shift = offset - (op == "le")
@@ -196,7 +209,7 @@ def _end(cond: AstExpr, var: str) -> AstExpr | None:
     """The exclusive end a loop condition puts on its iterator."""
     if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
         limit = cond.args[1]
-        if var in _vars(limit):
+        if var in expr_vars(limit):
             return None
         return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
     if isinstance(cond, Op) and cond.op == "and":
@@ -208,7 +221,7 @@ def _end(cond: AstExpr, var: str) -> AstExpr | None:
 
 
 def _one_reduction(nest: For, kernel: Kernel) -> bool:
-    names = _called(nest)
+    names = called(nest)
     if len(names) != 1:
         return False
     stmt = kernel.statement[next(iter(names))]
@@ -241,45 +254,10 @@ def _shift(node: AstNode, var: str, start: AstExpr) -> AstNode:
             return Op(e.op, tuple(expr(a) for a in e.args))
         return e
 
-    if isinstance(node, For):
-        return replace(
-            node,
-            init=expr(node.init),
-            cond=expr(node.cond),
-            inc=expr(node.inc),
-            body=_shift(node.body, var, start),
-        )
-    if isinstance(node, Block):
-        return Block(tuple(_shift(item, var, start) for item in node.items))
-    if isinstance(node, If):
-        orelse = _shift(node.orelse, var, start) if node.orelse is not None else None
-        return If(expr(node.cond), _shift(node.then, var, start), orelse)
-    if isinstance(node, Mark):
-        return replace(node, body=_shift(node.body, var, start))
-    return Call(node.stmt, tuple(expr(a) for a in node.args))
+    return map_exprs(node, expr)
 
 
 def _plus(a: AstExpr, b: AstExpr) -> AstExpr:
     if a == Int(0):
         return b
     return a if b == Int(0) else Op("add", (a, b))
-
-
-def _called(node: AstNode) -> set[str]:
-    if isinstance(node, Call):
-        return {node.stmt}
-    if isinstance(node, Block):
-        return set().union(*(_called(item) for item in node.items))
-    if isinstance(node, (For, Mark)):
-        return _called(node.body)
-    if isinstance(node, If):
-        return _called(node.then) | (_called(node.orelse) if node.orelse is not None else set())
-    return set()
-
-
-def _vars(e: AstExpr) -> frozenset[str]:
-    if isinstance(e, Var):
-        return frozenset((e.name,))
-    if isinstance(e, Op):
-        return frozenset().union(*(_vars(a) for a in e.args))
-    return frozenset()
