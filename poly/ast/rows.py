@@ -8,9 +8,10 @@ memory, every row reading and writing them at each reduction step.
 
 BLAS kernels handle such edges with micro-kernels of fixed smaller heights; so does
 `split_partial_rows`: the reduction nest around the row loop is emitted once per count up
-to `EXACT_COUNTS` (`t == 5`: one block of 5 rows, the operands read in one pass), and for
-larger counts once per power of two below the largest, under a test of the count's bit
-(`t = 13` runs blocks of 8, 4 and 1 rows). Each block's rows are a constant count,
+to `EXACT_COUNTS` when the count is a last tile's (`t == 5`: one block of 5 rows, the
+operands read in one pass); otherwise (a count that is also the full tiles', or a larger
+one) once per power of two below the largest, under a test of the count's bit (`t = 13`
+runs blocks of 8, 4 and 1 rows). Each block's rows are a constant count,
 unrolled with their accumulators in registers.
 
 This moves the row loop out of the reduction loops around it. That is legal when the nest
@@ -108,9 +109,10 @@ def _split(nest: For, kernel: Kernel, facts: Facts) -> AstNode | None:
     count, largest = rows
     row_loop = node
     assert isinstance(row_loop, For)
+    exact = largest <= EXACT_COUNTS and not _counts_full_tiles(count, facts)
     count = Op("max", (count, Int(0)))
     blocks: list[AstNode] = []
-    for test, start, size in _blocks(count, largest):
+    for test, start, size in _blocks(count, largest, exact):
         block = replace(
             row_loop,
             init=Int(0),
@@ -122,14 +124,14 @@ def _split(nest: For, kernel: Kernel, facts: Facts) -> AstNode | None:
     return Block(tuple(blocks))
 
 
-#: counts up to this one get a block each (one pass over the operands: a partial tile of 7
-#: rows as 4 + 2 + 1 read its weights three times), larger ones blocks of powers of two
+#: the counts of a last tile up to this one get a block each (one pass over the operands: 7
+#: rows as 4 + 2 + 1 read its weights three times), others blocks of powers of two
 EXACT_COUNTS = 8
 
 
-def _blocks(count: AstExpr, largest: int) -> list[tuple[AstExpr, AstExpr, int]]:
-    """(test, first row, rows) of each block."""
-    if largest <= EXACT_COUNTS:
+def _blocks(count: AstExpr, largest: int, exact: bool) -> list[tuple[AstExpr, AstExpr, int]]:
+    """(test, first row, rows) of each block: one per count, or per power of two."""
+    if exact:
         return [(Op("eq", (count, Int(c))), Int(0), c) for c in range(largest, 0, -1)]
     found = []
     size = 1 << (largest.bit_length() - 1)
@@ -141,6 +143,24 @@ def _blocks(count: AstExpr, largest: int) -> list[tuple[AstExpr, AstExpr, int]]:
             found.append((Op("ge", (rest, Int(size))), Op("sub", (count, rest)), size))
         size //= 2
     return found
+
+
+def _counts_full_tiles(count: AstExpr, facts: Facts) -> bool:
+    """Whether the count is clamped by a constant that its other side passes
+    (`min(7, seq - 8 * i0 - 1) + 1`): the loop runs the full tiles too, a block of the
+    full count comes first and the rest are powers of two. A last tile's count
+    (`seq % 8`, `seq` under `seq <= 7`) is not."""
+    while isinstance(count, Op) and count.op in ("add", "sub"):
+        low, high = bounds(count.args[1], facts)
+        if low is None or low != high:
+            break
+        count = count.args[0]
+    if not (isinstance(count, Op) and count.op == "min"):
+        return False
+    ends = [bounds(a, facts) for a in count.args]
+    clamps = [low for low, high in ends if low is not None and low == high]
+    others = [high for low, high in ends if low is None or low != high]
+    return bool(clamps) and any(high is None or high > min(clamps) for high in others)
 
 
 def _guard_as_bound(loop: For) -> For:

@@ -190,3 +190,24 @@ def test_a_guard_on_the_rows_is_their_count() -> None:
     block = first.then.body
     assert isinstance(block, For) and block.cond == Op("lt", (Var("i1"), Int(7)))
     assert block.body == calls  # the guard is gone: the block's count is the test
+
+
+def test_a_count_that_also_runs_full_tiles_takes_powers_of_two() -> None:
+    """`i1 <= min(7, n - 8 * i0 - 1)` runs the full tiles of 8 rows and the last one: a
+    block of 8 first, then 4, 2 and 1 (four copies, not eight)."""
+    k = kernel("S[i] += X[i, k]", X=("n", 5))
+    end = Op(
+        "min", (Int(7), Op("sub", (Op("sub", (Var("n"), Op("mul", (Int(8), Var("i0"))))), Int(1))))
+    )
+    calls = Call("S", (Var("i1"), Var("k")))
+    rows = For("i1", Int(0), Op("le", (Var("i1"), end)), Int(1), calls, "i1", "unroll")
+    nest = For("k", Int(0), Op("lt", (Var("k"), Int(5))), Int(1), rows, "k")
+    out = split_partial_rows(nest, k)
+    assert isinstance(out, Block)
+    sizes = []
+    for item in out.items:
+        assert isinstance(item, If) and isinstance(item.then, For)
+        block = item.then.body
+        assert isinstance(block, For) and isinstance(block.cond, Op)
+        sizes.append(block.cond.args[1])
+    assert sizes == [Int(8), Int(4), Int(2), Int(1)]
