@@ -223,8 +223,8 @@ def _sum(values: Iterable[int | None]) -> int | None:
 
 
 def _constant_end(loop: For, facts: Facts) -> AstExpr:
-    """A loop's condition, as `var < c` where the facts fix its end to c: codegen expands
-    a vector or unrolled loop only when its trip count is written as a constant."""
+    """A loop's condition with its end written as the constant the facts fix it to:
+    codegen expands a vector or unrolled loop only when its trip count is a constant."""
     cond = loop.cond
     if not (isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(loop.var)):
         return cond

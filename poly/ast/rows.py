@@ -44,6 +44,9 @@ from polytile.poly.ir.kernel import Kernel
 
 #: the largest row count split into blocks: more would emit too many copies of the nest
 MAX_ROWS = 16
+#: the counts of a last tile up to this one get a block each (one pass over the operands: 7
+#: rows as 4 + 2 + 1 read its weights three times), others blocks of powers of two
+EXACT_COUNTS = 8
 
 
 def split_partial_rows(node: AstNode, kernel: Kernel) -> AstNode:
@@ -122,11 +125,6 @@ def _split(nest: For, kernel: Kernel, facts: Facts) -> AstNode | None:
         )
         blocks.append(If(test, _substitute(nest, row_loop, block)))
     return Block(tuple(blocks))
-
-
-#: the counts of a last tile up to this one get a block each (one pass over the operands: 7
-#: rows as 4 + 2 + 1 read its weights three times), others blocks of powers of two
-EXACT_COUNTS = 8
 
 
 def _blocks(count: AstExpr, largest: int, exact: bool) -> list[tuple[AstExpr, AstExpr, int]]:
