@@ -14,7 +14,7 @@ _LAZY = {
     "kernel": ("polytile.poly.dsl", "kernel"),
     "kernel_from_node": ("polytile.poly.dsl", "kernel_from_node"),
     "ScheduleHandle": ("polytile.handle", "ScheduleHandle"),
-    "explain": ("polytile.explain", "explain"),
+    "explain": ("polytile.explanation", "explain"),
     "default_schedule": ("polytile.poly.default.schedule", "default_schedule"),
     "compile": ("polytile.compiler", "compile"),
     "LowerConfig": ("polytile.poly.lower.base", "LowerConfig"),

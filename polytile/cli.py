@@ -94,7 +94,7 @@ def explain_per_size(graph: Graph, parts: Partition, threads: int | None) -> Map
     from polytile.codegen.configs import lower_config
     from polytile.codegen.target import host
     from polytile.compiler import is_symbolic
-    from polytile.explain import per_size_groups
+    from polytile.explanation import per_size_groups
 
     if not is_symbolic(graph):
         return {}
@@ -112,7 +112,7 @@ def print_kernels(
     default schedule; as C-like code."""
     from polytile.codegen.configs import default_config, lower_config
     from polytile.codegen.target import host
-    from polytile.explain import explain
+    from polytile.explanation import explain
     from polytile.poly.default.schedule import default_schedule, representative_sizes
     from polytile.poly.transform.canonical import canonicalize
     from polytile.poly.transform.flatten import kernel_of
@@ -217,7 +217,7 @@ def compiled(model: str, args: argparse.Namespace) -> CompiledModel:
     )
     print(describe(path.name, time.perf_counter() - start, result.stats))
     if result.manifest.specials:  # which kernels compile per size, and why
-        from polytile.explain import explain_model
+        from polytile.explanation import explain_model
 
         print(explain_model(result), end="")
     return result

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.poly.ir.kernel import Kernel
 from polytile.poly.ir.schedule import Schedule, Step, initial_schedule
 from polytile.poly.transform import steps as T

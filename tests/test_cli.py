@@ -15,7 +15,7 @@ from polytile import cli, zoo
 from polytile.codegen.configs import default_config
 from polytile.codegen.target import host
 from polytile.errors import InputError
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.poly.default.schedule import default_schedule
 from polytile.poly.ir.schedule import initial_schedule
 from polytile.search.records import Record, RecordFile
@@ -31,6 +31,15 @@ def write_model(path: Path, op: str = "Relu", shape: list | None = None) -> Path
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
+
+
+def test_pt_explain_stays_the_function_once_the_cli_imported_its_module() -> None:
+    """The CLI imports the module behind `pt.explain`; a module of the same name would then
+    shadow the function on the package (`pt.explain(model)` calling a module)."""
+    import polytile as pt
+    import polytile.explanation
+
+    assert pt.explain is polytile.explanation.explain
 
 
 def test_explain_file_with_groups_and_verify(tmp_path: Path, capsys) -> None:

@@ -21,7 +21,7 @@ from polytile.codegen.jit import optimize
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
 from polytile.errors import IllegalSchedule, InputError
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel
 from polytile.poly.ir.kernel import Kernel, mentions

@@ -23,7 +23,7 @@ import polytile.special
 from polytile import cli
 from polytile.codegen import cache, link
 from polytile.errors import CodegenError, ShapeError
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.frontend import Graph
 
 from peers import ort_run

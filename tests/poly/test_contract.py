@@ -10,7 +10,7 @@ import pytest
 
 from polytile.codegen.native import NativeKernel
 from polytile.codegen.target import host
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.poly.ast.build import Int, Op, Var, parameter_expr
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
 from polytile.poly.dsl import kernel

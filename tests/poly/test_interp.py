@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from polytile.errors import InputError
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.poly.ast.build import Block, Call, For, If, Int, Mark, Op, Var, build_ast
 from polytile.poly.ir.expr import Load, binary, const
 from polytile.poly.ir.kernel import Kernel, Role, Statement, Tensor

@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.frontend.importer import import_model as import_raw
 from polytile.frontend.ops.resize import COORDINATE_MODES, NEAREST_MODES
 from polytile.poly.default.schedule import default_schedule

@@ -13,7 +13,7 @@ import pytest
 
 from polytile.codegen.native import NativeKernel
 from polytile.errors import IllegalSchedule
-from polytile.explain import explain
+from polytile.explanation import explain
 from polytile.handle import ScheduleHandle
 from polytile.poly.ast.build import Block, build_ast
 from polytile.poly.default.schedule import DefaultConfig, default_schedule
