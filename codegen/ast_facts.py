@@ -4,6 +4,7 @@ counts, which variables an index uses."""
 from __future__ import annotations
 
 from polytile.poly.ast.build import AstExpr, AstNode, Block, Call, For, If, Int, Mark, Op, Var
+from polytile.poly.ast.nodes import loop_end
 
 
 def calls_of(node: AstNode) -> list[Call] | None:
@@ -83,21 +84,7 @@ def _substituted(e: AstExpr, values: dict[str, int]) -> AstExpr:
 
 def upper(node: For) -> AstExpr | None:
     """The exclusive upper bound of a loop whose condition bounds its iterator above."""
-    return _bound(node.cond, node.var)
-
-
-def _bound(cond: AstExpr, var: str) -> AstExpr | None:
-    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
-        limit = cond.args[1]
-        if var in vars_of(limit):
-            return None
-        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
-    if isinstance(cond, Op) and cond.op == "and":
-        parts = [_bound(a, var) for a in cond.args]
-        if any(p is None for p in parts):
-            return None
-        return Op("min", tuple(parts))  # type: ignore[arg-type]
-    return None
+    return loop_end(node.cond, node.var)
 
 
 def constant_bound(e: AstExpr) -> int | None:

@@ -27,7 +27,6 @@ from polytile.errors import CodegenError
 from polytile.poly.ast.build import AstNode, Block, Call, For, Int, Mark
 from polytile.poly.ast.nodes import called
 from polytile.poly.ast.quasi import flat_index
-from polytile.poly.ir.expr import Load, walk
 from polytile.poly.ir.kernel import Statement, mentions
 
 from .ast_facts import (
@@ -248,9 +247,7 @@ class Accumulators:
         if not calls or len({c.stmt for c in calls}) != 1:
             return None
         stmt = self.kernel.statement[calls[0].stmt]
-        if stmt.reduction is None or any(
-            isinstance(e, Load) and e.tensor == stmt.tensor for e in walk(stmt.expr)
-        ):
+        if not stmt.accumulates_only:
             return None
         write_dims = [d for d in stmt.dims if any(mentions(i, d) for i in stmt.index)]
         per_call: set[frozenset[str]] = set()

@@ -114,3 +114,19 @@ def expr_vars(e: AstExpr) -> frozenset[str]:
     if isinstance(e, Op):
         return frozenset().union(*(expr_vars(a) for a in e.args))
     return frozenset()
+
+
+def loop_end(cond: AstExpr, var: str) -> AstExpr | None:
+    """The exclusive end a loop's condition puts on its iterator (None when it does not
+    bound it above by an expression free of it)."""
+    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
+        limit = cond.args[1]
+        if var in expr_vars(limit):
+            return None
+        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
+    if isinstance(cond, Op) and cond.op == "and":
+        parts = [loop_end(a, var) for a in cond.args]
+        if any(p is None for p in parts):
+            return None
+        return Op("min", tuple(parts))  # type: ignore[arg-type]
+    return None

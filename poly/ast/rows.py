@@ -37,9 +37,9 @@ from polytile.poly.ast.nodes import (
     Var,
     called,
     expr_vars,
+    loop_end,
     map_exprs,
 )
-from polytile.poly.ir.expr import Load, walk
 from polytile.poly.ir.kernel import Kernel
 
 #: the largest row count split into blocks: more would emit too many copies of the nest
@@ -211,7 +211,7 @@ def _rows(loop: For, facts: Facts) -> tuple[AstExpr, int] | None:
     `MAX_ROWS`); None for a constant count or none known."""
     if loop.annotation != "unroll" or loop.inc != Int(1) or not isinstance(loop.init, Int):
         return None
-    end = _end(loop.cond, loop.var)
+    end = loop_end(loop.cond, loop.var)
     if end is None:
         return None
     low, high = bounds(end, facts)
@@ -223,29 +223,11 @@ def _rows(loop: For, facts: Facts) -> tuple[AstExpr, int] | None:
     return (end if loop.init == Int(0) else Op("sub", (end, loop.init))), largest
 
 
-def _end(cond: AstExpr, var: str) -> AstExpr | None:
-    """The exclusive end a loop condition puts on its iterator."""
-    if isinstance(cond, Op) and cond.op in ("lt", "le") and cond.args[0] == Var(var):
-        limit = cond.args[1]
-        if var in expr_vars(limit):
-            return None
-        return limit if cond.op == "lt" else Op("add", (limit, Int(1)))
-    if isinstance(cond, Op) and cond.op == "and":
-        parts = [_end(a, var) for a in cond.args]
-        if any(p is None for p in parts):
-            return None
-        return Op("min", tuple(parts))  # type: ignore[arg-type]
-    return None
-
-
 def _one_reduction(nest: For, kernel: Kernel) -> bool:
     names = called(nest)
     if len(names) != 1:
         return False
-    stmt = kernel.statement[next(iter(names))]
-    if stmt.reduction is None:
-        return False
-    return not any(isinstance(e, Load) and e.tensor == stmt.tensor for e in walk(stmt.expr))
+    return kernel.statement[next(iter(names))].accumulates_only
 
 
 # --- rewriting -------------------------------------------------------------------------

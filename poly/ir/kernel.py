@@ -91,6 +91,14 @@ class Statement:
         used = " ".join(self.index)
         return tuple(d for d in self.dims if not mentions(used, d))
 
+    @property
+    def accumulates_only(self) -> bool:
+        """A reduction whose expression does not read its own tensor: its instances
+        commute (up to reassociation), so their order within the nest is free."""
+        return self.reduction is not None and all(
+            ld.tensor != self.tensor for ld in loads(self.expr)
+        )
+
     def domain_set(self) -> isl.Set:
         return ih.parse_set(self.domain)
 
